@@ -1,0 +1,91 @@
+"""Run records on this host's disk: the durable copy, written atomically before anything is mirrored.
+
+Files are `<sanitized job id>.json` in PI_LOGS_DIR. A record is written to a temporary file and renamed
+into place, so a reader or a crash never sees a torn record. The reaper deletes `.json` and `.log`
+files older than the retention window, by mtime only.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pi_dispatch.clock import wall_ms
+from pi_dispatch.events import EventLog, discard
+from pi_dispatch.jscompat import js_json, js_json_parse
+from pi_dispatch.names import sanitize_job_id
+
+DAY_MS = 86_400_000
+# Temporary files end in neither .json nor .log, so the reaper and readers never take them for records.
+_TEMP_SUFFIX = ".partial"
+
+
+def record_path(logs_dir: Path, job_id: object) -> Path:
+    """Where a job's record lives."""
+    return logs_dir / f"{sanitize_job_id(job_id)}.json"
+
+
+def write_record(logs_dir: Path, record: Mapping[str, Any], log: EventLog = discard) -> Path | None:
+    """Write the record atomically (temp file, fsync, rename). Returns its path, or None after logging."""
+    try:
+        logs_dir.mkdir(parents=True, exist_ok=True)
+        target = record_path(logs_dir, record.get("jobId"))
+        handle, temp_name = tempfile.mkstemp(dir=logs_dir, prefix=".", suffix=_TEMP_SUFFIX)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as temp:
+                temp.write(js_json(record) + "\n")
+                temp.flush()
+                os.fsync(temp.fileno())
+            Path(temp_name).replace(target)
+        except BaseException:
+            Path(temp_name).unlink(missing_ok=True)
+            raise
+        return target
+    except Exception as error:
+        log("run_record_failed", {"jobId": sanitize_job_id(record.get("jobId")), "reason": type(error).__name__})
+        return None
+
+
+def read_records(logs_dir: Path, limit: int = 1_000) -> list[Any]:
+    """The newest records on disk by mtime, parsed; unreadable files are skipped, never fatal."""
+    try:
+        entries = [entry for entry in os.scandir(logs_dir) if entry.name.endswith(".json") and entry.is_file()]
+    except OSError:
+        return []
+    entries.sort(key=lambda entry: entry.stat().st_mtime_ns, reverse=True)
+    records: list[Any] = []
+    for entry in entries[:limit]:
+        try:
+            record = js_json_parse(Path(entry.path).read_bytes())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def reap_logs(logs_dir: Path, retention_days: int, *, now: Callable[[], int] = wall_ms, log: EventLog = discard) -> int:
+    """Delete `.json`/`.log` files older than the retention window; 0 days keeps everything."""
+    if retention_days == 0:
+        return 0
+    cutoff_ns = (now() - retention_days * DAY_MS) * 1_000_000
+    removed = 0
+    try:
+        entries = list(os.scandir(logs_dir))
+    except OSError as error:
+        log("log_reaper_skipped", {"reason": type(error).__name__})
+        return 0
+    for entry in entries:
+        if not entry.name.endswith((".json", ".log")):
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime_ns < cutoff_ns:
+                Path(entry.path).unlink()
+                removed += 1
+                log("reaped_log", {"file": entry.name})
+        except OSError as error:
+            log("log_reaper_skipped", {"file": entry.name, "reason": type(error).__name__})
+    return removed

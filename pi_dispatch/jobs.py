@@ -1,0 +1,74 @@
+"""Forge job identity: the delivery job id routing hashes, the semantic dedup id, the job options.
+
+Pure. Names and formats are the reference's, so a Node receiver and this one dedup the same delivery
+to the same job and route it to the same host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from pi_dispatch.errors import PiDispatchError
+from pi_dispatch.jscompat import get, js_string, nullish
+from pi_dispatch.records import target_separator
+
+FORGE_PREFIX: Final = {"github": "gh-", "gitlab": "gl-", "forgejo": "fj-", "azure": "az-"}
+DELIVERY_HEADER: Final = {
+    "github": "X-GitHub-Delivery GUID",
+    "gitlab": "X-Gitlab-Event-UUID",
+    "forgejo": "X-Forgejo-Delivery",
+    "azure": "Azure DevOps notification id",
+}
+DEDUP_TTL_MS: Final = 600_000
+RETENTION_S: Final = 31 * 24 * 3600
+FORGE_JOB_OPTIONS: Final[Mapping[str, Any]] = {
+    "attempts": 2,
+    "backoff": {"type": "exponential", "delay": 60_000},
+    "removeOnComplete": {"age": RETENTION_S},
+    "removeOnFail": {"age": RETENTION_S},
+}
+
+
+class JobIdError(PiDispatchError):
+    """A delivery that cannot be given a job id."""
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def forge_delivery_job_id(kind: str, delivery_id: object, replica: object = None) -> str:
+    """`<prefix><delivery id>[-r<replica>]`, the id a forge job is enqueued (and routed) under."""
+    prefix = FORGE_PREFIX.get(kind)
+    if prefix is None:
+        raise JobIdError(f"kind {kind!r}: not a forge; use one of {', '.join(FORGE_PREFIX)}")
+    if nullish(delivery_id) or js_string(delivery_id) == "":
+        raise JobIdError(f"{kind} delivery: no {DELIVERY_HEADER[kind]}; the forge must send one")
+    job_id = prefix + js_string(delivery_id)
+    if nullish(replica):
+        return job_id
+    if not _positive_int(replica):
+        raise JobIdError(f"replica {replica!r}: must be a positive integer")
+    return f"{job_id}-r{replica}"
+
+
+_PR_CLOSE_ACTIONS: Final = frozenset({"closed", "merged", "close", "merge"})
+
+
+def semantic_dedup_id(kind: str, job: Mapping[str, Any]) -> str:
+    """`<repo><sep><number>:[closed:]<flow | cmd:<command>>[:r<replica>]`: one live job per target and flow."""
+    target = get(job, "target")
+    matched = get(get(job, "trigger"), "matched")
+    matched_type = get(matched, "type")
+    closing = matched_type == "issue" or (
+        matched_type == "pull_request" and get(matched, "action") in _PR_CLOSE_ACTIONS
+    )
+    command = get(job, "command")
+    slot = f"cmd:{js_string(command)}" if isinstance(command, str) and command else js_string(get(job, "flow"))
+    dedup = (
+        f"{js_string(get(job, 'repo'))}{target_separator(kind, get(target, 'type'))}{js_string(get(target, 'number'))}"
+        f":{'closed:' if closing else ''}{slot}"
+    )
+    replica = get(job, "replica")
+    return f"{dedup}:r{replica}" if _positive_int(replica) else dedup

@@ -1,0 +1,80 @@
+"""Valkey connections whose every call is bounded.
+
+redis-py retries and waits by default; a fleet component that blocks on a dead server holds up a job
+that has already finished. These clients fail fast and callers wrap each round trip in a deadline too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable
+from typing import Any, Final, TypeVar, overload
+
+import redis.asyncio as aioredis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+DEFAULT_VALKEY_URL: Final = "redis://127.0.0.1:6379"
+OP_TIMEOUT_S: Final = 2.0
+
+T = TypeVar("T")
+
+
+def connect(
+    url: str = DEFAULT_VALKEY_URL, password: str | None = None, timeout_s: float = OP_TIMEOUT_S
+) -> aioredis.Redis:
+    """A client that answers or fails within timeout_s; raw bytes, since peers may write anything."""
+    options: dict[str, object] = {
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+        "retry_on_timeout": False,
+        "health_check_interval": 0,
+    }
+    if password:
+        options["password"] = password
+    client: aioredis.Redis = aioredis.Redis.from_url(url, **options)  # type: ignore[arg-type]
+    return client
+
+
+_abandoned: set[asyncio.Task[Any]] = set()
+
+
+def _forget(task: asyncio.Task[Any]) -> None:
+    _abandoned.discard(task)
+    if not task.cancelled():
+        task.exception()
+
+
+@overload
+async def bounded(awaitable: Awaitable[T], timeout_s: float) -> T: ...
+@overload
+async def bounded(awaitable: Awaitable[T] | T, timeout_s: float) -> T: ...
+async def bounded(awaitable: Awaitable[T] | T, timeout_s: float) -> T:
+    """Await with a deadline that holds: on expiry raise TimeoutError at once.
+
+    `asyncio.wait_for` waits for the cancelled call to finish its own cleanup, which for a client stuck
+    in a connection handshake can take its whole socket timeout; the cancelled call is left to finish in
+    the background instead. Takes redis-py's `Awaitable[T] | T` command results as they are typed.
+    """
+    if not inspect.isawaitable(awaitable):
+        return awaitable
+    task: asyncio.Task[T] = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if task in done:
+        return task.result()
+    task.cancel()
+    _abandoned.add(task)
+    task.add_done_callback(_forget)
+    raise TimeoutError(f"no answer within {timeout_s:g} s")
+
+
+def describe(error: BaseException) -> str:
+    """A one-line reason for an I/O failure, never the request that caused it."""
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

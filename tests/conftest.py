@@ -1,0 +1,124 @@
+"""Shared fixtures: a real redis-server for the session, a flushed client per test, the seed's modules."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from pi_dispatch.valkey import connect
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("PI_SHARED_DIR", REPO.parent / "shared"))
+SEED_DIFF = SHARED / "seed" / "pi-dispatch-1.7.0-to-1.8.0.diff"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """A private redis-server that a test may stop and start again on the same port."""
+
+    def __init__(self, workdir: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.fail("redis-server is not installed; run .ci/run or `apt-get install redis-server`")
+        self.binary = binary
+        self.port = free_port()
+        self.workdir = workdir
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+                "--maxmemory-policy",
+                "noeviction",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                redis.Redis(port=self.port, socket_timeout=0.5).ping()
+                return
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError(f"redis-server did not start on port {self.port}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            self.process = None
+
+
+@pytest.fixture(scope="session")
+def valkey_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The suite's Valkey: PI_TEST_VALKEY_URL when given, else a redis-server started for this session."""
+    given = os.environ.get("PI_TEST_VALKEY_URL")
+    if given:
+        yield given
+        return
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def client(valkey_url: str) -> AsyncIterator[aioredis.Redis]:
+    """A bounded client on a flushed database."""
+    connection = connect(valkey_url)
+    await connection.flushdb()
+    try:
+        yield connection
+    finally:
+        await connection.aclose()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own, for tests that kill it."""
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def seed_diff() -> Path:
+    if not SEED_DIFF.is_file():
+        pytest.fail(f"the reference change is missing at {SEED_DIFF}; set PI_SHARED_DIR to the shared/ folder")
+    return SEED_DIFF
