@@ -7,11 +7,12 @@ files older than the retention window, by mtime only.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pi_dispatch.clock import wall_ms
 from pi_dispatch.events import EventLog, discard
@@ -89,3 +90,37 @@ def reap_logs(logs_dir: Path, retention_days: int, *, now: Callable[[], int] = w
         except OSError as error:
             log("log_reaper_skipped", {"file": entry.name, "reason": type(error).__name__})
     return removed
+
+
+class Mirror(Protocol):
+    """What the recorder needs of the fleet mirror."""
+
+    async def mirror(self, record: Mapping[str, Any] | None, sanitized_job_id: str) -> bool: ...
+
+
+class RunRecorder:
+    """Record a finished run: the file first, always; then, without waiting, the fleet mirror.
+
+    The order is the point: a crash between the two leaves a record without a fleet row, never a fleet
+    row without a record. The mirror is only given when this host declared a worker name.
+    """
+
+    def __init__(self, logs_dir: Path, mirror: Mirror | None, log: EventLog = discard) -> None:
+        self.logs_dir = logs_dir
+        self.mirror = mirror
+        self.log = log
+        self._pending: set[asyncio.Task[bool]] = set()
+
+    def record(self, record: Mapping[str, Any]) -> Path | None:
+        """Write the record file, then start mirroring it; returns the file's path (None if it failed)."""
+        path = write_record(self.logs_dir, record, self.log)
+        if self.mirror is not None:
+            task = asyncio.ensure_future(self.mirror.mirror(record, sanitize_job_id(record.get("jobId"))))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+        return path
+
+    async def settle(self) -> None:
+        """Wait for mirrors still in flight (each is bounded), e.g. before shutdown."""
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
