@@ -138,9 +138,7 @@ def main() -> int:
     seed = json.loads(completed.stdout)
     python_seconds, python_picks = python_rate(hosts, jobs)
     assert python_picks == seed["picks"], "the port and the seed disagree on a routing decision"
-    assert (
-        python_picks == [route_forge_job(hosts, needs, job_id) for needs, job_id in jobs[:2000]] + python_picks[2000:]
-    )
+    assert python_picks[:2000] == [route_forge_job(hosts, needs, job_id) for needs, job_id in jobs[:2000]]
     routed = sum(pick is not None for pick in python_picks)
 
     print(f"routing {JOBS:,} jobs over {HOSTS} hosts ({routed:,} routed to a host queue, the rest shared); best of 7")
