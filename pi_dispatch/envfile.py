@@ -58,7 +58,7 @@ def _unquote(text: str, line_number: int, key: str, env: EnvFile) -> str:
         else:
             out.append(char)
             index += 1
-    return "".join(out).rstrip()
+    return "".join(out)
 
 
 def parse_env_text(text: str, source: str) -> EnvFile:

@@ -199,3 +199,60 @@ def build_record(
         "session": _session(source.get("session")),
         "host": host,
     }
+
+
+_NULLABLE: Final[dict[str, tuple[type, ...]]] = {
+    **dict.fromkeys(
+        (
+            "kind",
+            "target",
+            "flow",
+            "startedAt",
+            "endedAt",
+            "outcome",
+            "reason",
+            "provider",
+            "model",
+            "parentJobId",
+            "triggerType",
+        ),
+        (str,),
+    ),
+    **dict.fromkeys(("exitCode", "turns", "chainDepth", "chainRefused", "replica", "replicas", "triggerIndex"), (int,)),
+    **dict.fromkeys(("tokens", "usage", "session"), (dict,)),
+    "budgetReserved": (bool,),
+}
+REQUIRED_FIELDS: Final = (
+    "jobId",
+    "kind",
+    "target",
+    "flow",
+    "startedAt",
+    "endedAt",
+    "outcome",
+    "reason",
+    "exitCode",
+    "attempt",
+    "host",
+)
+
+
+def check_run_record(record: object) -> list[str]:
+    """Why a run record breaks the wire shape, if it does. Unknown fields are allowed."""
+    if not isinstance(record, Mapping):
+        return ["a record is an object"]
+    found = [f"{field} is missing" for field in REQUIRED_FIELDS if field not in record]
+    for field, allowed in _NULLABLE.items():
+        value = record.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, allowed) or (allowed == (int,) and isinstance(value, bool)):
+            found.append(f"{field}: {value!r} has the wrong type")
+    job_id, attempt, host = record.get("jobId"), record.get("attempt"), record.get("host")
+    if "jobId" in record and (isinstance(job_id, bool) or not isinstance(job_id, str | int | float)):
+        found.append("jobId: must be a string or a number")
+    if "attempt" in record and (not _integer(attempt) or attempt < 0):  # type: ignore[operator]
+        found.append("attempt: must be a whole number, 0 or more")
+    if "host" in record and not (isinstance(host, str) and host):
+        found.append("host: must name the host")
+    return found

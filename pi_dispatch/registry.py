@@ -201,3 +201,29 @@ async def read_live_hosts(
             await bounded(client.srem(HOST_LIVE, *ghosts), timeout_s)
     hosts.sort(key=lambda host: utf16_key(str(host["name"])))
     return LiveHosts(hosts)
+
+
+_ROW_SHAPES: Final = {
+    "name": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"),
+    "beatAt": re.compile(r"[0-9]{1,16}"),
+    "startedAt": re.compile(r"[0-9]{1,16}"),
+    "routes": re.compile(r"true|false"),
+    "caps": re.compile(r"(?:[sw]:[A-Za-z0-9._-]+(?:,[sw]:[A-Za-z0-9._-]+)*)?"),
+    "concurrency": re.compile(r"[0-9]*"),
+    "pid": re.compile(r"[0-9]*"),
+}
+
+
+def check_registry_row(row: object) -> list[str]:
+    """Why a registry row breaks the wire shape (all string values, name and beatAt, no paths), if it does."""
+    if not isinstance(row, Mapping):
+        return ["a row is a hash of fields"]
+    found = [f"{key} is missing" for key in ("name", "beatAt") if key not in row]
+    for key, value in row.items():
+        if not isinstance(value, str):
+            found.append(f"{key}: values are strings")
+        elif key in _ROW_SHAPES and not _ROW_SHAPES[key].fullmatch(value):
+            found.append(f"{key}: {value!r} is not valid")
+        elif PATH_LIKE.search(value):
+            found.append(f"{key}: {value!r} looks like a path")
+    return found

@@ -151,10 +151,9 @@ class HostFacts:
 
 # variable -> (pattern its whole value must match, what is wrong, the fix); checked without the schema
 _SHAPES: Final[dict[str, tuple[re.Pattern[str], str, str]]] = {
-    **{
-        variable: (_POSITIVE, "is not a whole number of 1 or more", "digits only, no units, no leading zero")
-        for variable in POSITIVE_INTS
-    },
+    **dict.fromkeys(
+        POSITIVE_INTS, (_POSITIVE, "is not a whole number of 1 or more", "digits only, no units, no leading zero")
+    ),
     "PI_LOG_RETENTION_DAYS": (_NON_NEGATIVE, "is not a whole number of days", "0 keeps forever"),
     "VALKEY_URL": (_URL, "is not a redis://, rediss:// or unix:// URL", "e.g. redis://store.lan:6379/0"),
     "PI_LOGS_DIR": (

@@ -4,18 +4,37 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from hypothesis import settings
 
 from pi_dispatch.embedded import EmbeddedValkey
 from pi_dispatch.valkey import connect
 
+# Speed is measured by bench/, never asserted by a test: no per-example deadline on a slow machine.
+settings.register_profile("pi-dispatch", deadline=None, print_blob=True)
+settings.load_profile("pi-dispatch")
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("PI_SHARED_DIR", REPO.parent / "shared"))
 SEED_DIFF = SHARED / "seed" / "pi-dispatch-1.7.0-to-1.8.0.diff"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`pi-dispatch ARGS` in a child process, so exit codes and stderr are the real ones."""
+    return subprocess.run(
+        [sys.executable, "-m", "pi_dispatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+        check=False,
+    )
 
 
 class RedisServer(EmbeddedValkey):

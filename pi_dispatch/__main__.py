@@ -1,0 +1,3 @@
+from pi_dispatch.cli import main
+
+main()
