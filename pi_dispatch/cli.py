@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from pi_dispatch import __version__
-from pi_dispatch.errors import ConfigError, PiDispatchError
+from pi_dispatch.errors import ConfigError, PiDispatchError, Problem
+from pi_dispatch.registry import LiveHosts, Unreachable
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="A fleet of pi workers sharing one Valkey.")
 console = Console()
@@ -83,6 +86,171 @@ def config_render(
     from pi_dispatch.inventory import find_host, load_inventory, render_host_env
 
     sys.stdout.write(render_host_env(find_host(load_inventory(inventory), host, str(inventory))))
+
+
+ValkeyUrlOption = Annotated[
+    str | None,
+    typer.Option("--valkey-url", help="The shared Valkey (default: $VALKEY_URL). Password: $VALKEY_PASSWORD."),
+]
+
+
+class FailOn(StrEnum):
+    error = "error"
+    warning = "warning"
+    info = "info"
+
+
+@app.command()
+def audit(
+    inventory: Annotated[Path, typer.Option("-i", "--inventory", help="The Ansible inventory file or directory.")],
+    triggers: Annotated[
+        list[Path] | None,
+        typer.Option("--triggers", help="A triggers.json (repeatable; default: the hosts' triggers_file)."),
+    ] = None,
+    live: Annotated[
+        bool, typer.Option("--live", help="Also read the live registry: silent, stale and drifted hosts.")
+    ] = False,
+    url: ValkeyUrlOption = None,
+    simulate_down: Annotated[
+        list[str] | None,
+        typer.Option("--simulate-down", help="Audit as if this inventory host were gone (repeatable)."),
+    ] = None,
+    as_json: JsonOption = False,
+    fail_on: Annotated[
+        FailOn, typer.Option("--fail-on", help="Exit 1 on findings at or above this level.")
+    ] = FailOn.error,
+) -> None:
+    """Every trigger whose jobs would be refused or misplaced, and the drift between inventory and fleet."""
+    from pi_dispatch.audit import audit as run_audit
+    from pi_dispatch.inventory import PREFIX, load_inventory
+    from pi_dispatch.operator import print_report, read_registry, valkey_url
+    from pi_dispatch.triggers import load_triggers
+
+    hosts = load_inventory(inventory)
+    unknown = sorted(set(simulate_down or []) - {host.name for host in hosts})
+    if unknown:
+        raise ConfigError(
+            [
+                Problem(
+                    "--simulate-down",
+                    f"{', '.join(unknown)} is not an inventory worker host",
+                    str(inventory),
+                    f"use one of: {', '.join(host.name for host in hosts)}",
+                )
+            ]
+        )
+    files = list(triggers or [])
+    if not files:
+        declared = {host.vars.get(PREFIX + "triggers_file") for host in hosts} - {None}
+        files = [Path(str(path)) for path in sorted(declared, key=str) if Path(str(path)).is_file()]
+    loaded = [trigger for path in files for trigger in load_triggers(path)]
+    rows, state = None, "off"
+    if live or url:
+        result = read_registry(valkey_url(url))
+        rows, state = (
+            (result.hosts, "ok") if isinstance(result, LiveHosts) else (None, f"unreachable ({result.reason})")
+        )
+    report = run_audit(hosts, loaded, live_rows=rows, live_state=state, simulate_down=simulate_down or [])
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+    else:
+        print_report(console, report)
+    raise typer.Exit(1 if report.at_or_above(fail_on.value) else 0)
+
+
+@app.command()
+def route(
+    job: Annotated[Path, typer.Option("--job", help="The job's data as JSON (what the receiver would enqueue).")],
+    kind: Annotated[str, typer.Option("--kind", help="The forge: github, gitlab, forgejo or azure.")] = "github",
+    live: Annotated[bool, typer.Option("--live", help="Route against the live registry.")] = True,
+    inventory: Annotated[
+        Path | None, typer.Option("-i", "--inventory", help="Route against an inventory instead.")
+    ] = None,
+    url: ValkeyUrlOption = None,
+) -> None:
+    """Which queue this job would go to, and for every host why it was or was not chosen."""
+    from pi_dispatch.capabilities import capability_tokens, explain_route, serialize_caps
+    from pi_dispatch.inventory import load_inventory
+    from pi_dispatch.jobs import JobIdError, forge_delivery_job_id
+    from pi_dispatch.keys import SHARED_QUEUE, host_queue_name
+    from pi_dispatch.operator import read_registry, valkey_url
+
+    try:
+        data = json.loads(job.read_bytes())
+    except (OSError, ValueError) as error:
+        raise ConfigError(
+            [Problem(str(job), f"cannot be read as JSON ({error})", str(job), "pass the job's data as JSON")]
+        ) from error
+    if inventory is not None:
+        hosts: list[dict[str, object]] = [
+            {
+                "name": h.worker_name or h.name,
+                "routes": "true" if h.worker_name else "false",
+                "staleMs": 0,
+                "caps": serialize_caps(capability_tokens(h.secret_profiles, h.wait_profiles)),
+            }
+            for h in load_inventory(inventory)
+        ]
+    else:
+        result = read_registry(valkey_url(url))
+        if isinstance(result, Unreachable):
+            console.print(
+                f"[yellow]registry unreachable ({result.reason}): the router would use the shared queue[/yellow]"
+            )
+        hosts = result.hosts if isinstance(result, LiveHosts) else []
+    trigger = data.get("trigger") if isinstance(data, dict) else None
+    try:
+        job_id = forge_delivery_job_id(
+            kind,
+            trigger.get("deliveryId") if isinstance(trigger, dict) else None,
+            data.get("replica") if isinstance(data, dict) else None,
+        )
+    except JobIdError as error:
+        console.print(f"queue: {SHARED_QUEUE} (not routable: {error})")
+        raise typer.Exit(0) from error
+    explanation = explain_route(hosts, data, job_id)
+    queue = host_queue_name(explanation.host) if explanation.host else SHARED_QUEUE
+    console.print(f"job {job_id} needs {', '.join(explanation.needs) or 'nothing host-specific'}")
+    console.print(f"queue: [bold]{queue}[/bold]" + (f" ({explanation.abstention})" if explanation.abstention else ""))
+    for verdict in explanation.hosts:
+        console.print(f"  {verdict.name}: {verdict.reason}")
+
+
+@app.command()
+def hosts(url: ValkeyUrlOption = None, as_json: JsonOption = False) -> None:
+    """The live host registry: name, routes, caps, staleness, version, tz."""
+    from pi_dispatch.operator import print_hosts, read_registry, valkey_url
+
+    result = read_registry(valkey_url(url))
+    if isinstance(result, Unreachable):
+        errors.print(f"[red]registry unreachable[/red]: {result.reason}")
+        raise typer.Exit(1)
+    if as_json:
+        sys.stdout.write(json.dumps(result.hosts, indent=2) + "\n")
+    else:
+        print_hosts(console, result.hosts)
+
+
+@app.command()
+def runs(
+    limit: Annotated[int, typer.Option("--limit", min=1, max=5000, help="How many runs.")] = 50,
+    host: Annotated[str | None, typer.Option("--host", help="Only runs of this worker.")] = None,
+    logs_dir: Annotated[
+        Path | None, typer.Option("--logs-dir", help="This host's PI_LOGS_DIR (default: from settings).")
+    ] = None,
+    url: ValkeyUrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """This host's run records merged with the fleet mirror, each labelled with its host."""
+    from pi_dispatch.operator import merged_runs, print_runs, valkey_url
+    from pi_dispatch.settings import HostFacts
+
+    directory = logs_dir or Path(os.environ.get("PI_LOGS_DIR") or HostFacts.of_this_machine().default_logs_dir())
+    found, degraded = merged_runs(directory, valkey_url(url), limit, host)
+    if as_json:
+        sys.stdout.write(json.dumps({"degraded": degraded, "runs": found}, indent=2) + "\n")
+    else:
+        print_runs(console, found, degraded)
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from pi_dispatch.errors import Problem
 from pi_dispatch.profiles import parse_profiles
 
 SCHEMA_NAMES: Final = ("worker-env", "host-vars", "triggers", "registry-row", "run-record")
+REPORT_SCHEMA: Final = "audit-report"
 MAX_PROFILES: Final = 256
 
 format_checker = FormatChecker()

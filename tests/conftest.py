@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -13,6 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 from hypothesis import settings
 
+from pi_dispatch.cli import main
 from pi_dispatch.embedded import EmbeddedValkey
 from pi_dispatch.valkey import connect
 
@@ -26,7 +29,32 @@ SEED_DIFF = SHARED / "seed" / "pi-dispatch-1.7.0-to-1.8.0.diff"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """`pi-dispatch ARGS` in a child process, so exit codes and stderr are the real ones."""
+    """`pi-dispatch ARGS` in this process, through the real entry point: its exit code and its output.
+
+    The same `main()` the console script runs, with argv set and output captured; a child process per
+    call costs seconds of imports here. `run_cli_process` is the real child, for the entry point itself.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    saved_argv, saved_columns = sys.argv, os.environ.get("COLUMNS")
+    sys.argv, os.environ["COLUMNS"] = ["pi-dispatch", *args], "200"
+    code: int = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    finally:
+        sys.argv = saved_argv
+        if saved_columns is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = saved_columns
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
+def run_cli_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m pi_dispatch ARGS` in a child process."""
     return subprocess.run(
         [sys.executable, "-m", "pi_dispatch", *args],
         capture_output=True,

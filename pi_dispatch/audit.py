@@ -1,0 +1,458 @@
+"""`pi-dispatch audit`: every trigger whose jobs would be refused, and the drift between inventory and fleet.
+
+Pure given its inputs: the inventory's worker hosts, the triggers, and (with --live) the registry rows.
+Each trigger's needs are computed exactly as the router computes them (`job_needs`), then classified
+against the hosts that are up: hosts named by --simulate-down, and with --live the hosts that are silent
+or too stale to be routed to, are down. Findings carry a stable code, a severity, a subject and a fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final, Literal
+
+from pi_dispatch.capabilities import ROUTE_FRESH_MS, capability_tokens, job_needs, parse_caps
+from pi_dispatch.inventory import PREFIX, InventoryHost, host_problems
+from pi_dispatch.names import sanitize_worker_name
+from pi_dispatch.triggers import Trigger
+
+Severity = Literal["error", "warning", "info"]
+SEVERITIES: Final[tuple[Severity, ...]] = ("error", "warning", "info")
+DOCTOR_STALE_MS: Final = 300_000
+REPORT_VERSION: Final = 1
+
+# code -> (severity, one-line meaning), the reference table of docs/multi-host.md
+CODES: Final[dict[str, tuple[Severity, str]]] = {
+    "profile-undeclared": ("error", "a trigger needs a profile no host declares; every delivery is refused"),
+    "profile-hosts-down": (
+        "error",
+        "a trigger needs a profile only down hosts declare; deliveries are refused meanwhile",
+    ),
+    "profile-unroutable": ("error", "only hosts without a worker name declare the profile; placement is a coin flip"),
+    "needs-split": ("error", "the trigger's needs are declared, but no single host has all of them"),
+    "default-profile-missing": (
+        "error",
+        "secrets without secretsProfile use `default`, never routed: every host needs it",
+    ),
+    "profile-single-host": ("warning", "only one routable host serves the trigger: a single point of failure"),
+    "profile-routed": ("info", "routed to the hosts that declare the profile"),
+    "profile-everywhere": ("info", "every host declares it: the shared queue load-balances"),
+    "host-vars-invalid": ("error", "a host's declarations are invalid; its worker would refuse to start"),
+    "worker-name-duplicate": ("error", "two hosts declare the same worker name; they would share one queue and row"),
+    "profile-case-clash": ("warning", "profile names that differ only by case; a trigger naming one misses the other"),
+    "logs-dir-shared": ("warning", "hosts share PI_LOGS_DIR; run records, raw logs and the reaper are shared too"),
+    "tz-mismatch": ("warning", "hosts disagree about the timezone, so one cron pattern is two instants"),
+    "registry-unreachable": ("error", "the live registry could not be read"),
+    "host-silent": ("warning", "an inventory host publishes no registry row"),
+    "host-stale": ("warning", "a host's row is older than 45 s, so nothing is routed to it"),
+    "host-stale-doctor": ("warning", "a host's row is older than five minutes"),
+    "host-unknown": ("warning", "a live host is not in the inventory"),
+    "caps-drift": ("error", "a host publishes other capabilities than the inventory declares"),
+    "routes-drift": ("warning", "a host's routes flag disagrees with whether the inventory names it"),
+    "peer-undeclared": ("warning", "a live host has peers but no declared name, so host routing is off there"),
+    "digest-mismatch": ("warning", "hosts run different job image digests"),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    subject: str
+    message: str
+    fix: str
+    hosts: tuple[str, ...] = ()
+    profile: str | None = None
+    trigger: str | None = None
+
+    @property
+    def severity(self) -> Severity:
+        return CODES[self.code][0]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"code": self.code, "severity": self.severity, **asdict(self) | {"hosts": list(self.hosts)}}
+
+
+@dataclass
+class Report:
+    findings: list[Finding]
+    live: str
+    simulated_down: list[str]
+    hosts: int
+    triggers: int
+
+    def count(self, severity: Severity) -> int:
+        return sum(finding.severity == severity for finding in self.findings)
+
+    def at_or_above(self, level: Severity) -> bool:
+        rank = SEVERITIES.index(level)
+        return any(SEVERITIES.index(finding.severity) <= rank for finding in self.findings)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "version": REPORT_VERSION,
+            "live": self.live,
+            "simulatedDown": self.simulated_down,
+            "hosts": self.hosts,
+            "triggers": self.triggers,
+            "summary": {severity: self.count(severity) for severity in SEVERITIES},
+            "findings": [finding.as_json() for finding in self.findings],
+        }
+
+
+@dataclass(frozen=True)
+class FleetHost:
+    """An inventory host as placement sees it."""
+
+    name: str
+    worker_name: str
+    declared: bool
+    tokens: frozenset[str]
+    vars: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, host: InventoryHost) -> FleetHost:
+        tokens = frozenset(capability_tokens(host.secret_profiles, host.wait_profiles))
+        worker = host.worker_name or sanitize_worker_name(host.name)
+        return cls(host.name, worker, host.worker_name is not None, tokens, host.vars)
+
+
+def _need_label(need: str) -> str:
+    kind, _, name = need.partition(":")
+    return f"{'secret' if kind == 's' else 'wait'} profile {name!r}"
+
+
+def _variable(need: str) -> str:
+    return f"{PREFIX}{'secret' if need.startswith('s:') else 'wait'}_profiles"
+
+
+def _refusal(need: str) -> str:
+    return "secret-profile-unknown" if need.startswith("s:") else "wait-profile-unknown"
+
+
+def _close_names(need: str, declared: Iterable[str]) -> str:
+    kind, _, name = need.partition(":")
+    pool = sorted({token.partition(":")[2] for token in declared if token.startswith(kind + ":")})
+    close = [n for n in pool if n.lower() == name.lower()] or difflib.get_close_matches(name, pool, n=2, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(n) for n in close)}?" if close else ""
+
+
+# (code, message, fix, hosts, profile) of one placement verdict
+Verdict = tuple[str, str, str, tuple[str, ...], str | None]
+
+
+class _Placement:
+    """Classifies needs against the fleet, memoised per distinct needs (triggers share a handful)."""
+
+    def __init__(self, fleet: Sequence[FleetHost], down: set[str]) -> None:
+        self.fleet = fleet
+        self.up = [host for host in fleet if host.name not in down]
+        self.declared_anywhere = frozenset().union(*(host.tokens for host in fleet))
+        self.memo: dict[tuple[str, ...], list[Verdict]] = {}
+
+    def classify(self, needs: tuple[str, ...]) -> list[Verdict]:
+        if needs not in self.memo:
+            self.memo[needs] = self._classify(needs)
+        return self.memo[needs]
+
+    def _classify(self, needs: tuple[str, ...]) -> list[Verdict]:
+        """(code, message, fix, hosts, profile) for one set of needs."""
+        out: list[Verdict] = []
+        for need in needs:
+            owners = tuple(host.name for host in self.fleet if need in host.tokens)
+            if not owners:
+                out.append(
+                    (
+                        "profile-undeclared",
+                        f"needs {_need_label(need)}, which no host declares; every delivery is refused "
+                        f"({_refusal(need)}){_close_names(need, self.declared_anywhere)}",
+                        f"declare it in a host's {_variable(need)}, or fix the trigger's name for it",
+                        (),
+                        need,
+                    )
+                )
+            elif not any(host.name in owners for host in self.up):
+                out.append(
+                    (
+                        "profile-hosts-down",
+                        f"needs {_need_label(need)}, declared only on {', '.join(owners)}, which "
+                        f"{'is' if len(owners) == 1 else 'are'} down; deliveries are refused meanwhile",
+                        "bring a host that declares it back, or declare it on another host",
+                        owners,
+                        need,
+                    )
+                )
+        if out:
+            return out
+        capable = [host for host in self.up if all(need in host.tokens for need in needs)]
+        names = tuple(host.name for host in capable)
+        profile = ",".join(needs)
+        if not capable:
+            return [
+                (
+                    "needs-split",
+                    f"needs {', '.join(map(_need_label, needs))}, but no single host that is up has all of them",
+                    "declare all of them on at least one host",
+                    (),
+                    profile,
+                )
+            ]
+        if len(capable) == len(self.up):
+            return [
+                (
+                    "profile-everywhere",
+                    "every host declares what it needs, so it stays on the shared queue",
+                    "",
+                    names,
+                    profile,
+                )
+            ]
+        routable = tuple(host.name for host in capable if host.declared)
+        if not routable:
+            return [
+                (
+                    "profile-unroutable",
+                    f"only {', '.join(names)} can serve it and none declares a worker name, so it stays on "
+                    "the shared queue and hosts without the profile refuse it when they win the pop",
+                    f"give {', '.join(names)} a pi_dispatch_worker_name",
+                    names,
+                    profile,
+                )
+            ]
+        if len(routable) == 1:
+            return [
+                (
+                    "profile-single-host",
+                    f"only {routable[0]} can take it: a single point of failure",
+                    "declare the profile on a second named host",
+                    routable,
+                    profile,
+                )
+            ]
+        return [("profile-routed", f"routed among {', '.join(routable)}", "", routable, profile)]
+
+
+def _placement_findings(triggers: Sequence[Trigger], fleet: Sequence[FleetHost], down: set[str]) -> list[Finding]:
+    placement = _Placement(fleet, down)
+    up = [host for host in fleet if host.name not in down]
+    findings = []
+    for trigger in triggers:
+        needs = tuple(job_needs(trigger.run))
+        if needs:
+            for code, message, fix, hosts, profile in placement.classify(needs):
+                findings.append(Finding(code, trigger.label, message, fix, hosts, profile, trigger.label))
+        elif trigger.run.get("secrets") and not trigger.run.get("secretsProfile"):
+            lacking = tuple(host.name for host in up if "s:default" not in host.tokens)
+            if lacking:
+                findings.append(
+                    Finding(
+                        "default-profile-missing",
+                        trigger.label,
+                        "binds secrets without secretsProfile, so it uses the `default` profile and is never "
+                        f"routed; {', '.join(lacking)} lack it and refuse its deliveries",
+                        "declare a `default` secret profile on every host, or set run.secretsProfile",
+                        lacking,
+                        "s:default",
+                        trigger.label,
+                    )
+                )
+    return findings
+
+
+def _config_findings(hosts: Sequence[InventoryHost], fleet: Sequence[FleetHost]) -> list[Finding]:
+    findings = [
+        Finding(
+            "host-vars-invalid",
+            f"host {host.name}",
+            str(problem.subject) + ": " + problem.message,
+            problem.fix,
+            (host.name,),
+        )
+        for host in hosts
+        for problem in host_problems(host)
+    ]
+    by_name: dict[str, list[str]] = defaultdict(list)
+    for host in fleet:
+        if host.declared:
+            by_name[host.worker_name].append(host.name)
+    findings += [
+        Finding(
+            "worker-name-duplicate",
+            f"worker name {name!r}",
+            f"declared by {', '.join(owners)}",
+            "give each host its own pi_dispatch_worker_name",
+            tuple(owners),
+        )
+        for name, owners in sorted(by_name.items())
+        if len(owners) > 1
+    ]
+    by_folded: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for host in fleet:
+        for token in host.tokens:
+            kind, _, name = token.partition(":")
+            by_folded[(kind, name.lower())].add(name)
+    findings += [
+        Finding(
+            "profile-case-clash",
+            f"profiles {', '.join(sorted(variants))}",
+            "differ only by case",
+            "use one spelling on every host and in every trigger",
+            profile=sorted(variants)[0],
+        )
+        for variants in by_folded.values()
+        if len(variants) > 1
+    ]
+    findings += _shared_value_findings(
+        fleet, "logs_dir", "logs-dir-shared", "give each host its own logs_dir (or share on purpose)"
+    )
+    zones = {str(host.vars.get(PREFIX + "tz")) for host in fleet if host.vars.get(PREFIX + "tz")}
+    if len(zones) > 1:
+        findings.append(
+            Finding(
+                "tz-mismatch", "inventory", f"hosts declare {', '.join(sorted(zones))}", "set the same tz on every host"
+            )
+        )
+    return findings
+
+
+def _shared_value_findings(fleet: Sequence[FleetHost], suffix: str, code: str, fix: str) -> list[Finding]:
+    by_value: dict[str, list[str]] = defaultdict(list)
+    for host in fleet:
+        value = host.vars.get(PREFIX + suffix)
+        if isinstance(value, str) and value:
+            by_value[value].append(host.name)
+    return [
+        Finding(code, f"{suffix} {value}", f"shared by {', '.join(owners)}", fix, tuple(owners))
+        for value, owners in sorted(by_value.items())
+        if len(owners) > 1
+    ]
+
+
+def _live_findings(fleet: Sequence[FleetHost], rows: Sequence[Mapping[str, object]]) -> tuple[list[Finding], set[str]]:
+    """Drift between inventory and registry, and the inventory hosts that cannot be routed to now."""
+    findings: list[Finding] = []
+    down: set[str] = set()
+    live = {str(row.get("name")): row for row in rows}
+    for host in fleet:
+        row = live.get(host.worker_name)
+        if row is None:
+            findings.append(
+                Finding(
+                    "host-silent",
+                    f"host {host.name}",
+                    f"no registry row for worker {host.worker_name!r}",
+                    "start its worker (systemctl status pi-dispatch-worker) and check its VALKEY_URL",
+                    (host.name,),
+                )
+            )
+            down.add(host.name)
+            continue
+        stale = row.get("staleMs")
+        if not isinstance(stale, int | float) or stale > ROUTE_FRESH_MS:
+            down.add(host.name)
+            age = f"{stale / 1000:.0f} s" if isinstance(stale, int | float) else "an unknown time"
+            code = "host-stale-doctor" if isinstance(stale, int | float) and stale > DOCTOR_STALE_MS else "host-stale"
+            findings.append(
+                Finding(
+                    code,
+                    f"host {host.name}",
+                    f"last beat {age} ago",
+                    "check that the worker runs and clocks agree",
+                    (host.name,),
+                )
+            )
+        published = frozenset(parse_caps(row.get("caps")))
+        if published != host.tokens:
+            missing, extra = sorted(host.tokens - published), sorted(published - host.tokens)
+            detail = "; ".join(
+                part
+                for part in (
+                    f"missing {', '.join(missing)}" if missing else "",
+                    f"extra {', '.join(extra)}" if extra else "",
+                )
+                if part
+            )
+            findings.append(
+                Finding(
+                    "caps-drift",
+                    f"host {host.name}",
+                    f"publishes {detail}",
+                    "roll the inventory out again (or fix the inventory) and restart the worker",
+                    (host.name,),
+                )
+            )
+        if (row.get("routes") == "true") is not host.declared:
+            findings.append(
+                Finding(
+                    "routes-drift",
+                    f"host {host.name}",
+                    f"routes={row.get('routes')!s} but the inventory "
+                    f"{'names' if host.declared else 'does not name'} it",
+                    "roll the inventory out again",
+                    (host.name,),
+                )
+            )
+    known = {host.worker_name for host in fleet}
+    findings += [
+        Finding(
+            "host-unknown",
+            f"worker {name}",
+            "publishes a row but is in no inventory",
+            "add it to the inventory, or stop it",
+            (name,),
+        )
+        for name in sorted(live)
+        if name not in known
+    ]
+    if len(live) > 1:
+        findings += [
+            Finding(
+                "peer-undeclared",
+                f"worker {name}",
+                "has peers but no PI_WORKER_NAME, so host routing is OFF there",
+                "set pi_dispatch_worker_name for it and roll out",
+                (name,),
+            )
+            for name, row in sorted(live.items())
+            if row.get("routes") != "true"
+        ]
+    for key, code, fix in (
+        ("tz", "tz-mismatch", "set the same TZ on every host"),
+        ("imageDigest", "digest-mismatch", "rebuild or re-pull so every host runs the same image"),
+    ):
+        values: dict[str, list[str]] = defaultdict(list)
+        for name, row in live.items():
+            if row.get(key):
+                values[str(row[key])].append(name)
+        if len(values) > 1:
+            detail = "; ".join(f"{value}: {', '.join(sorted(names))}" for value, names in sorted(values.items()))
+            findings.append(Finding(code, f"live {key}", detail, fix))
+    return findings, down
+
+
+def audit(
+    hosts: Sequence[InventoryHost],
+    triggers: Sequence[Trigger],
+    *,
+    live_rows: Sequence[Mapping[str, object]] | None = None,
+    live_state: str = "off",
+    simulate_down: Iterable[str] = (),
+) -> Report:
+    """The whole audit. live_rows None means --live was not asked for (or the registry was unreachable)."""
+    fleet = [FleetHost.of(host) for host in hosts]
+    down = set(simulate_down)
+    findings = _config_findings(hosts, fleet)
+    if live_state.startswith("unreachable"):
+        findings.append(
+            Finding("registry-unreachable", "registry", live_state, "check VALKEY_URL and that the store is up")
+        )
+    if live_rows is not None:
+        live_findings, live_down = _live_findings(fleet, live_rows)
+        findings += live_findings
+        down |= live_down
+    findings += _placement_findings(triggers, fleet, down)
+    order = {severity: rank for rank, severity in enumerate(SEVERITIES)}
+    findings.sort(key=lambda f: (order[f.severity], f.code, f.subject))
+    return Report(findings, live_state, sorted(set(simulate_down)), len(hosts), len(triggers))

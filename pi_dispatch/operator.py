@@ -1,0 +1,110 @@
+"""The operator commands' I/O: read the registry and the mirror once, bounded, and render what they say."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from pi_dispatch.audit import SEVERITIES, Report
+from pi_dispatch.history import read_records
+from pi_dispatch.mirror import MirroredRuns, hosts_in, merge_runs, read_mirrored_runs
+from pi_dispatch.registry import LiveHosts, Unreachable, read_live_hosts
+from pi_dispatch.valkey import DEFAULT_VALKEY_URL, connect
+
+STYLE = {"error": "red", "warning": "yellow", "info": "green"}
+
+
+def valkey_url(option: str | None) -> str:
+    """--valkey-url, else VALKEY_URL, else the default. The password only ever comes from VALKEY_PASSWORD."""
+    return option or os.environ.get("VALKEY_URL") or DEFAULT_VALKEY_URL
+
+
+async def _with_client(url: str, use: Callable[[Any], Any]) -> Any:
+    client = connect(url, os.environ.get("VALKEY_PASSWORD") or None)
+    try:
+        return await use(client)
+    finally:
+        await client.aclose()
+
+
+def read_registry(url: str) -> LiveHosts | Unreachable:
+    return asyncio.run(_with_client(url, read_live_hosts))  # type: ignore[no-any-return]
+
+
+def read_mirror(url: str, limit: int) -> MirroredRuns:
+    return asyncio.run(_with_client(url, lambda client: read_mirrored_runs(client, limit=limit)))  # type: ignore[no-any-return]
+
+
+def print_report(console: Console, report: Report) -> None:
+    if not report.findings:
+        console.print("[green]No findings.[/green]")
+    for severity in SEVERITIES:
+        rows = [finding for finding in report.findings if finding.severity == severity]
+        if not rows:
+            continue
+        table = Table(
+            title=f"{severity.upper()} ({len(rows)})", title_style=STYLE[severity], show_lines=True, expand=True
+        )
+        table.add_column("code", no_wrap=True)
+        for column, ratio in (("subject", 3), ("finding", 5), ("fix", 4)):
+            table.add_column(column, ratio=ratio, overflow="fold")
+        for finding in rows:
+            table.add_row(finding.code, finding.subject, finding.message, finding.fix or "-")
+        console.print(table)
+    summary = ", ".join(f"{report.count(severity)} {severity}" for severity in SEVERITIES)
+    down = f"; simulated down: {', '.join(report.simulated_down)}" if report.simulated_down else ""
+    console.print(f"{report.hosts} hosts, {report.triggers} triggers, live registry: {report.live}{down} -> {summary}")
+
+
+def print_hosts(console: Console, hosts: list[dict[str, object]]) -> None:
+    table = Table(title=f"Live registry ({len(hosts)} hosts)")
+    for column in ("name", "routes", "caps", "stale", "version", "tz", "concurrency"):
+        table.add_column(column)
+    for host in hosts:
+        stale = host.get("staleMs")
+        table.add_row(
+            str(host.get("name")),
+            str(host.get("routes", "")),
+            str(host.get("caps", "")) or "-",
+            f"{int(stale) / 1000:.0f} s" if isinstance(stale, int) else "undatable",
+            str(host.get("version", "")),
+            str(host.get("tz", "")),
+            str(host.get("concurrency", "")),
+        )
+    console.print(table)
+
+
+def merged_runs(logs_dir: Path, url: str, limit: int, host: str | None) -> tuple[list[Any], str]:
+    """This host's record files merged with the fleet mirror, and how far to trust the mirror."""
+    mirrored = read_mirror(url, limit)
+    runs = merge_runs(read_records(logs_dir), mirrored.runs, limit=limit if host is None else 10 * limit)
+    if host is not None:
+        runs = [run for run in runs if run.get("host") == host][:limit]
+    return runs, mirrored.degraded
+
+
+def print_runs(console: Console, runs: list[Any], degraded: str) -> None:
+    title = (
+        "RUNS · this host only"
+        if degraded.startswith("unreachable")
+        else f"RUNS · fleet ({', '.join(hosts_in(runs)) or 'none'})"
+    )
+    table = Table(title=f"{title} · mirror {degraded}")
+    for column in ("ended", "job id", "host", "kind", "outcome", "reason"):
+        table.add_column(column)
+    for run in runs:
+        table.add_row(
+            str(run.get("endedAt") or run.get("startedAt") or "?"),
+            str(run.get("jobId")),
+            str(run.get("host") or "?"),
+            str(run.get("kind") or ""),
+            str(run.get("outcome") or ""),
+            str(run.get("reason") or "-"),
+        )
+    console.print(table)

@@ -1,0 +1,294 @@
+"""The audit: one fleet per finding code, live drift against a real Valkey, golden JSON, every exit code."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from jsonschema import Draft202012Validator
+
+from pi_dispatch.audit import CODES, Report, audit
+from pi_dispatch.capabilities import capability_tokens, serialize_caps
+from pi_dispatch.inventory import PREFIX, InventoryHost
+from pi_dispatch.registry import HostRegistry, LiveHosts, read_live_hosts
+from pi_dispatch.schemas import load_schema
+from pi_dispatch.triggers import Trigger
+from tests.conftest import run_cli, run_cli_process
+
+DATA = Path(__file__).parent / "data"
+INVENTORY = DATA / "inventory"
+
+
+def host(
+    name: str,
+    worker: str | None = None,
+    secret: dict[str, str] | None = None,
+    wait: dict[str, str] | None = None,
+    **extra: Any,
+) -> InventoryHost:
+    declared: dict[str, Any] = {PREFIX + key: value for key, value in extra.items()}
+    if worker is not None:
+        declared[PREFIX + "name"] = worker
+    if secret:
+        declared[PREFIX + "secret_profiles"] = secret
+    if wait:
+        declared[PREFIX + "wait_profiles"] = wait
+    return InventoryHost(name, declared, "test-inventory")
+
+
+def trigger(index: int = 0, **run: Any) -> Trigger:
+    return Trigger("triggers.json", index, "label", {"kind": "github", **run})
+
+
+FLEET = [
+    host("mini1", "mini1", {"prod": "/opt/p.sh"}, {"ci": "/opt/c.sh"}),
+    host("mini2", "mini2", {"prod": "/opt/p.sh"}, {"ci": "/opt/c.sh"}),
+    host("mini3", None, {"legacy": "/opt/l.sh"}),
+]
+
+
+def codes(report: Report) -> list[str]:
+    return [finding.code for finding in report.findings]
+
+
+@pytest.mark.parametrize(
+    ("fleet", "run", "expected"),
+    [
+        (FLEET, {"secretsProfile": "nowhere"}, "profile-undeclared"),
+        (FLEET, {"secretsProfile": "legacy"}, "profile-unroutable"),
+        ([*FLEET[:2], host("mini3", None, {})], {"secretsProfile": "prod"}, "profile-routed"),
+        ([FLEET[0], host("mini2", "mini2"), FLEET[2]], {"secretsProfile": "prod"}, "profile-single-host"),
+        (FLEET[:2], {"waitFor": [{"profile": "ci"}]}, "profile-everywhere"),
+        (
+            [host("a", "a", {"prod": "/p"}), host("b", "b", None, {"ci": "/c"})],
+            {"secretsProfile": "prod", "waitFor": [{"profile": "ci"}]},
+            "needs-split",
+        ),
+        (FLEET, {"secrets": {"TOKEN": "op://x"}}, "default-profile-missing"),
+    ],
+)
+def test_placement_codes(fleet: list[InventoryHost], run: dict[str, Any], expected: str) -> None:
+    report = audit(fleet, [trigger(**run)])
+    assert expected in codes(report)
+    finding = next(f for f in report.findings if f.code == expected)
+    assert finding.trigger == "triggers.json #0 (on label)"
+    assert finding.severity == CODES[expected][0]
+
+
+def test_undeclared_profile_suggests_the_close_name() -> None:
+    report = audit(FLEET, [trigger(secretsProfile="Prod"), trigger(1, waitFor=[{"profile": "cii"}])])
+    messages = [f.message for f in report.findings if f.code == "profile-undeclared"]
+    assert any("did you mean 'prod'" in m and "secret-profile-unknown" in m for m in messages)
+    assert any("did you mean 'ci'" in m and "wait-profile-unknown" in m for m in messages)
+
+
+def test_unroutable_names_the_host_that_needs_a_name() -> None:
+    finding = next(
+        f for f in audit(FLEET, [trigger(secretsProfile="legacy")]).findings if f.code == "profile-unroutable"
+    )
+    assert finding.hosts == ("mini3",) and "give mini3 a pi_dispatch_worker_name" in finding.fix
+
+
+def test_default_profile_everywhere_is_clean() -> None:
+    fleet = [host("a", "a", {"default": "/d"}), host("b", None, {"default": "/d"})]
+    assert codes(audit(fleet, [trigger(secrets={"A": "x"})])) == []
+
+
+def test_simulate_down_shows_lost_only_host() -> None:
+    fleet = [FLEET[0], host("mini2", "mini2", None, {"ci": "/c"})]
+    report = audit(fleet, [trigger(secretsProfile="prod")], simulate_down=["mini1"])
+    finding = next(f for f in report.findings if f.code == "profile-hosts-down")
+    assert finding.hosts == ("mini1",) and report.simulated_down == ["mini1"]
+    assert "profile-single-host" in codes(audit(fleet, [trigger(secretsProfile="prod")]))
+
+
+@pytest.mark.parametrize(
+    ("fleet", "expected"),
+    [
+        ([host("a", "same"), host("b", "same")], "worker-name-duplicate"),
+        ([host("a", "bad name")], "host-vars-invalid"),
+        ([host("a", "a", {"prod": "relative.sh"})], "host-vars-invalid"),
+        ([host("a", "a", {"Prod": "/p"}), host("b", "b", {"prod": "/p"})], "profile-case-clash"),
+        ([host("a", "a", logs_dir="/srv/logs"), host("b", "b", logs_dir="/srv/logs")], "logs-dir-shared"),
+        ([host("a", "a", tz="UTC"), host("b", "b", tz="Europe/Amsterdam")], "tz-mismatch"),
+    ],
+)
+def test_config_codes(fleet: list[InventoryHost], expected: str) -> None:
+    assert expected in codes(audit(fleet, []))
+
+
+def row(name: str, caps: str = "", routes: str = "true", stale: int = 0, **extra: str) -> dict[str, object]:
+    return {"name": name, "caps": caps, "routes": routes, "staleMs": stale, **extra}
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        ([row("mini1", "s:prod,w:ci")], "host-silent"),
+        ([row("mini1", "s:prod,w:ci", stale=60_000), row("mini2", "s:prod,w:ci")], "host-stale"),
+        ([row("mini1", "s:prod,w:ci", stale=400_000), row("mini2", "s:prod,w:ci")], "host-stale-doctor"),
+        ([row("mini1", "s:prod"), row("mini2", "s:prod,w:ci")], "caps-drift"),
+        ([row("mini1", "s:prod,w:ci", routes="false"), row("mini2", "s:prod,w:ci")], "routes-drift"),
+        ([row("mini1", "s:prod,w:ci"), row("mini2", "s:prod,w:ci"), row("ghost")], "host-unknown"),
+        ([row("mini1", "s:prod,w:ci"), row("mini2", "s:prod,w:ci"), row("laptop", routes="false")], "peer-undeclared"),
+        ([row("mini1", "s:prod,w:ci", tz="UTC"), row("mini2", "s:prod,w:ci", tz="Asia/Tokyo")], "tz-mismatch"),
+        (
+            [row("mini1", "s:prod,w:ci", imageDigest="sha256:a"), row("mini2", "s:prod,w:ci", imageDigest="sha256:b")],
+            "digest-mismatch",
+        ),
+    ],
+)
+def test_live_codes(rows: list[dict[str, object]], expected: str) -> None:
+    assert expected in codes(audit(FLEET[:2], [], live_rows=rows, live_state="ok"))
+
+
+def test_live_down_host_turns_single_point_of_failure_into_refusal() -> None:
+    fleet = [FLEET[0], host("mini2", "mini2", None, {"ci": "/c"})]
+    rows = [row("mini1", "s:prod,w:ci", stale=120_000), row("mini2", "w:ci")]
+    report = audit(fleet, [trigger(secretsProfile="prod")], live_rows=rows, live_state="ok")
+    assert {"host-stale", "profile-hosts-down"} <= set(codes(report))
+
+
+def test_unreachable_registry_is_an_error_not_an_empty_fleet() -> None:
+    report = audit(FLEET, [], live_rows=None, live_state="unreachable (ConnectionError)")
+    assert codes(report) == ["registry-unreachable"] and report.at_or_above("error")
+
+
+def test_many_triggers_share_one_classification() -> None:
+    triggers = [trigger(i, secretsProfile="prod") for i in range(10_000)]
+    report = audit(FLEET, triggers)
+    assert report.count("info") == 10_000 and report.triggers == 10_000
+
+
+def test_report_json_matches_its_schema() -> None:
+    report = audit(
+        FLEET, [trigger(secretsProfile="nowhere"), trigger(1, secretsProfile="prod")], simulate_down=["mini2"]
+    )
+    Draft202012Validator(load_schema("audit-report")).validate(report.as_json())
+    assert set(load_schema("audit-report")["properties"]["findings"]["items"]["properties"]["code"]["enum"]) == set(
+        CODES
+    )
+
+
+def test_golden_report() -> None:
+    result = run_cli_process(
+        "audit", "-i", str(INVENTORY), "--triggers", str(DATA / "audit" / "triggers.json"), "--json"
+    )
+    assert result.returncode == 1, result.stderr
+    golden = json.loads((DATA / "audit" / "golden.json").read_text())
+    report = json.loads(result.stdout.replace(str(DATA / "audit"), "<data>"))
+    assert report == golden
+
+
+def test_exit_codes(tmp_path: Path) -> None:
+    clean = tmp_path / "clean.json"
+    clean.write_text(json.dumps({"triggers": [{"on": {"type": "label"}, "run": {"kind": "github"}}]}))
+    assert run_cli("audit", "-i", str(INVENTORY), "--triggers", str(clean)).returncode == 0
+    triggers = str(DATA / "audit" / "triggers.json")
+    assert run_cli("audit", "-i", str(INVENTORY), "--triggers", triggers).returncode == 1
+    warn_only = tmp_path / "warn.json"
+    warn_only.write_text(json.dumps({"triggers": [{"on": {"type": "label"}, "run": {"secretsProfile": "prod"}}]}))
+    assert run_cli("audit", "-i", str(INVENTORY), "--triggers", str(warn_only)).returncode == 0
+    assert run_cli("audit", "-i", str(INVENTORY), "--triggers", str(warn_only), "--fail-on", "warning").returncode == 1
+    for args in (
+        ["-i", str(tmp_path / "missing")],
+        ["-i", str(INVENTORY), "--simulate-down", "nope"],
+        ["-i", str(INVENTORY), "--triggers", str(tmp_path / "missing.json")],
+        ["-i", str(INVENTORY), "--fail-on", "x"],
+    ):
+        result = run_cli("audit", *args)
+        assert result.returncode == 2, args
+        assert "Traceback" not in result.stderr
+
+
+def test_bad_triggers_file_names_each_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"triggers": [{"on": {"type": "push"}, "run": {"waitFor": [{"profile": "a:b"}]}}]}))
+    result = run_cli("audit", "-i", str(INVENTORY), "--triggers", str(bad))
+    assert (
+        result.returncode == 2
+        and "triggers/0/on/type" in result.stderr
+        and "triggers/0/run/waitFor/0/profile" in result.stderr
+    )
+
+
+async def test_live_audit_against_a_real_registry(valkey_url: str, client: aioredis.Redis, tmp_path: Path) -> None:
+    mini1 = HostRegistry(client, "mini1")
+    await mini1.start({"routes": "true", "caps": serialize_caps(capability_tokens({"prod": "/p"})), "tz": "UTC"})
+    stray = HostRegistry(client, "laptop")
+    await stray.start({"routes": "false", "caps": "", "tz": "UTC"})
+    triggers = tmp_path / "t.json"
+    triggers.write_text(json.dumps({"triggers": [{"on": {"type": "label"}, "run": {"secretsProfile": "prod"}}]}))
+    result = await asyncio.to_thread(
+        run_cli,
+        "audit",
+        "-i",
+        str(INVENTORY),
+        "--triggers",
+        str(triggers),
+        "--live",
+        "--valkey-url",
+        valkey_url,
+        "--json",
+    )
+    report = json.loads(result.stdout)
+    found = {(f["code"], tuple(f["hosts"])) for f in report["findings"]}
+    assert report["live"] == "ok"
+    assert ("caps-drift", ("mini1",)) in found  # the inventory also declares w:ci for mini1
+    assert ("host-silent", ("mini2",)) in found and ("host-unknown", ("laptop",)) in found
+    assert ("peer-undeclared", ("laptop",)) in found
+    dead = await asyncio.to_thread(
+        run_cli,
+        "audit",
+        "-i",
+        str(INVENTORY),
+        "--triggers",
+        str(triggers),
+        "--valkey-url",
+        "redis://127.0.0.1:1/0",
+        "--json",
+    )
+    assert dead.returncode == 1 and json.loads(dead.stdout)["live"].startswith("unreachable")
+    await mini1.close()
+    await stray.close()
+
+
+async def test_hosts_route_and_runs_commands(valkey_url: str, client: aioredis.Redis, tmp_path: Path) -> None:
+    mini1 = HostRegistry(client, "mini1")
+    await mini1.start({"routes": "true", "caps": "s:prod", "version": "0.1.0", "tz": "UTC"})
+    mini2 = HostRegistry(client, "mini2")
+    await mini2.start({"routes": "true", "caps": "", "version": "0.1.0", "tz": "UTC"})
+    listed = await asyncio.to_thread(run_cli, "hosts", "--valkey-url", valkey_url, "--json")
+    assert [h["name"] for h in json.loads(listed.stdout)] == ["mini1", "mini2"]
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"trigger": {"deliveryId": "d-1"}, "secretsProfile": "prod"}))
+    routed = await asyncio.to_thread(run_cli, "route", "--job", str(job), "--valkey-url", valkey_url)
+    assert "queue: pi-jobs@mini1" in routed.stdout and "mini2: lacks s:prod" in routed.stdout
+    job.write_text(json.dumps({"trigger": {"deliveryId": "d-2"}, "secretsProfile": "nowhere"}))
+    shared = await asyncio.to_thread(run_cli, "route", "--job", str(job), "--valkey-url", valkey_url)
+    assert "queue: pi-jobs (no live host can serve it" in shared.stdout
+    offline = await asyncio.to_thread(run_cli, "route", "--job", str(job), "-i", str(INVENTORY))
+    assert offline.returncode == 0 and "queue: pi-jobs" in offline.stdout
+    ended = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "gh-d-1.json").write_text(
+        json.dumps({"jobId": "gh-d-1", "endedAt": ended, "host": "mini1", "outcome": "completed"})
+    )
+    runs = await asyncio.to_thread(
+        run_cli, "runs", "--logs-dir", str(tmp_path / "logs"), "--valkey-url", valkey_url, "--json"
+    )
+    assert json.loads(runs.stdout)["runs"][0]["host"] == "mini1"
+    alone = await asyncio.to_thread(
+        run_cli, "runs", "--logs-dir", str(tmp_path / "logs"), "--valkey-url", "redis://127.0.0.1:1/0"
+    )
+    assert "RUNS · this host only" in alone.stdout
+    assert (await asyncio.to_thread(run_cli, "hosts", "--valkey-url", "redis://127.0.0.1:1/0")).returncode == 1
+    live = await read_live_hosts(client)
+    assert isinstance(live, LiveHosts)
+    await mini1.close()
+    await mini2.close()
