@@ -146,8 +146,9 @@ Verdict = tuple[str, str, str, tuple[str, ...], str | None]
 class _Placement:
     """Classifies needs against the fleet, memoised per distinct needs (triggers share a handful)."""
 
-    def __init__(self, fleet: Sequence[FleetHost], down: set[str]) -> None:
+    def __init__(self, fleet: Sequence[FleetHost], down: set[str], liveness: Mapping[str, str]) -> None:
         self.fleet = fleet
+        self.liveness = liveness
         self.up = [host for host in fleet if host.name not in down]
         self.declared_anywhere = frozenset().union(*(host.tokens for host in fleet))
         self.memo: dict[tuple[str, ...], list[Verdict]] = {}
@@ -222,10 +223,11 @@ class _Placement:
                 )
             ]
         if len(routable) == 1:
+            live = f" ({self.liveness[routable[0]]})" if routable[0] in self.liveness else ""
             return [
                 (
                     "profile-single-host",
-                    f"only {routable[0]} can take it: a single point of failure",
+                    f"only {routable[0]} can take it{live}: a single point of failure",
                     "declare the profile on a second named host",
                     routable,
                     profile,
@@ -234,8 +236,10 @@ class _Placement:
         return [("profile-routed", f"routed among {', '.join(routable)}", "", routable, profile)]
 
 
-def _placement_findings(triggers: Sequence[Trigger], fleet: Sequence[FleetHost], down: set[str]) -> list[Finding]:
-    placement = _Placement(fleet, down)
+def _placement_findings(
+    triggers: Sequence[Trigger], fleet: Sequence[FleetHost], down: set[str], liveness: Mapping[str, str]
+) -> list[Finding]:
+    placement = _Placement(fleet, down, liveness)
     up = [host for host in fleet if host.name not in down]
     findings = []
     for trigger in triggers:
@@ -330,13 +334,21 @@ def _shared_value_findings(fleet: Sequence[FleetHost], suffix: str, code: str, f
     ]
 
 
-def _live_findings(fleet: Sequence[FleetHost], rows: Sequence[Mapping[str, object]]) -> tuple[list[Finding], set[str]]:
-    """Drift between inventory and registry, and the inventory hosts that cannot be routed to now."""
+def _live_findings(
+    fleet: Sequence[FleetHost], rows: Sequence[Mapping[str, object]], liveness: dict[str, str]
+) -> tuple[list[Finding], set[str]]:
+    """Drift between inventory and registry, and the inventory hosts that cannot be routed to now.
+
+    Fills liveness with a note for each host that is up, for the placement findings to quote.
+    """
     findings: list[Finding] = []
     down: set[str] = set()
     live = {str(row.get("name")): row for row in rows}
     for host in fleet:
         row = live.get(host.worker_name)
+        beat = row.get("staleMs") if row is not None else None
+        if isinstance(beat, int | float) and beat <= ROUTE_FRESH_MS:
+            liveness[host.name] = f"up, last beat {beat / 1000:.0f} s ago"
         if row is None:
             findings.append(
                 Finding(
@@ -444,15 +456,16 @@ def audit(
     fleet = [FleetHost.of(host) for host in hosts]
     down = set(simulate_down)
     findings = _config_findings(hosts, fleet)
+    liveness: dict[str, str] = {}
     if live_state.startswith("unreachable"):
         findings.append(
             Finding("registry-unreachable", "registry", live_state, "check VALKEY_URL and that the store is up")
         )
     if live_rows is not None:
-        live_findings, live_down = _live_findings(fleet, live_rows)
+        live_findings, live_down = _live_findings(fleet, live_rows, liveness)
         findings += live_findings
         down |= live_down
-    findings += _placement_findings(triggers, fleet, down)
+    findings += _placement_findings(triggers, fleet, down, liveness)
     order = {severity: rank for rank, severity in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (order[f.severity], f.code, f.subject))
     return Report(findings, live_state, sorted(set(simulate_down)), len(hosts), len(triggers))

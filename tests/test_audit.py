@@ -154,6 +154,14 @@ def test_live_down_host_turns_single_point_of_failure_into_refusal() -> None:
     assert {"host-stale", "profile-hosts-down"} <= set(codes(report))
 
 
+def test_live_single_host_says_whether_it_is_up() -> None:
+    fleet = [FLEET[0], host("mini2", "mini2", None, {"ci": "/c"})]
+    rows = [row("mini1", "s:prod,w:ci", stale=3_000), row("mini2", "w:ci")]
+    report = audit(fleet, [trigger(secretsProfile="prod")], live_rows=rows, live_state="ok")
+    finding = next(f for f in report.findings if f.code == "profile-single-host")
+    assert "only mini1 can take it (up, last beat 3 s ago)" in finding.message
+
+
 def test_unreachable_registry_is_an_error_not_an_empty_fleet() -> None:
     report = audit(FLEET, [], live_rows=None, live_state="unreachable (ConnectionError)")
     assert codes(report) == ["registry-unreachable"] and report.at_or_above("error")
