@@ -154,6 +154,11 @@ def test_live_down_host_turns_single_point_of_failure_into_refusal() -> None:
     assert {"host-stale", "profile-hosts-down"} <= set(codes(report))
 
 
+def test_every_finding_code_has_a_fixture() -> None:
+    source = Path(__file__).read_text()
+    assert [code for code in CODES if f'"{code}"' not in source] == []
+
+
 def test_live_single_host_says_whether_it_is_up() -> None:
     fleet = [FLEET[0], host("mini2", "mini2", None, {"ci": "/c"})]
     rows = [row("mini1", "s:prod,w:ci", stale=3_000), row("mini2", "w:ci")]
@@ -183,12 +188,14 @@ def test_report_json_matches_its_schema() -> None:
     )
 
 
-def test_golden_report() -> None:
-    result = run_cli_process(
-        "audit", "-i", str(INVENTORY), "--triggers", str(DATA / "audit" / "triggers.json"), "--json"
-    )
+@pytest.mark.parametrize(
+    ("extra", "golden_file"), [((), "golden.json"), (("--simulate-down", "mini1"), "golden-simulate-down.json")]
+)
+def test_golden_report(extra: tuple[str, ...], golden_file: str) -> None:
+    triggers = str(DATA / "audit" / "triggers.json")
+    result = run_cli_process("audit", "-i", str(INVENTORY), "--triggers", triggers, "--json", *extra)
     assert result.returncode == 1, result.stderr
-    golden = json.loads((DATA / "audit" / "golden.json").read_text())
+    golden = json.loads((DATA / "audit" / golden_file).read_text())
     report = json.loads(result.stdout.replace(str(DATA / "audit"), "<data>"))
     assert report == golden
 
