@@ -217,6 +217,27 @@ def route(
 
 
 @app.command()
+def enqueue(
+    job: Annotated[Path, typer.Option("--job", help="The job's data as JSON (what the receiver would enqueue).")],
+    kind: Annotated[str, typer.Option("--kind", help="The forge: github, gitlab, forgejo or azure.")] = "github",
+    url: ValkeyUrlOption = None,
+) -> None:
+    """Route a forge job and add it to its queue with the reference's options; say where it went and why."""
+    from pi_dispatch.operator import enqueue_job, valkey_url
+
+    try:
+        data = json.loads(job.read_bytes())
+    except (OSError, ValueError) as error:
+        raise ConfigError(
+            [Problem(str(job), f"cannot be read as JSON ({error})", str(job), "pass the job's data as JSON")]
+        ) from error
+    if not isinstance(data, dict):
+        raise ConfigError([Problem(str(job), "is not a JSON object", str(job), "pass the job's data as an object")])
+    queue, job_id, why = enqueue_job(valkey_url(url), kind, data)
+    console.print(f"enqueued {job_id} on [bold]{queue}[/bold]: {why}")
+
+
+@app.command()
 def hosts(url: ValkeyUrlOption = None, as_json: JsonOption = False) -> None:
     """The live host registry: name, routes, caps, staleness, version, tz."""
     from pi_dispatch.operator import print_hosts, read_registry, valkey_url

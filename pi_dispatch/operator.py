@@ -41,6 +41,37 @@ def read_mirror(url: str, limit: int) -> MirroredRuns:
     return asyncio.run(_with_client(url, lambda client: read_mirrored_runs(client, limit=limit)))  # type: ignore[no-any-return]
 
 
+def enqueue_job(url: str, kind: str, data: dict[str, Any]) -> tuple[str, str, str]:
+    """Route and add one forge job; returns (queue, job id, why). A bad delivery is a ConfigError."""
+    from pi_dispatch.capabilities import explain_route
+    from pi_dispatch.enqueue import Enqueuer, ForgeRouter, registry_reader
+    from pi_dispatch.errors import ConfigError, Problem
+    from pi_dispatch.jobs import JobIdError
+
+    async def run(client: Any) -> tuple[str, str, str]:
+        router = ForgeRouter(registry_reader(client))
+        enqueuer = Enqueuer(url, router)
+        try:
+            queue, job_id = await enqueuer.enqueue_forge_job(kind, data)
+        finally:
+            await enqueuer.close()
+        snapshot = await read_live_hosts(client)
+        hosts = snapshot.hosts if isinstance(snapshot, LiveHosts) else []
+        explanation = explain_route(hosts, data, job_id)
+        if explanation.host is not None:
+            return (
+                queue,
+                job_id,
+                f"needs {', '.join(explanation.needs)}; chosen by job-id hash among the capable named hosts",
+            )
+        return queue, job_id, str(explanation.abstention)
+
+    try:
+        return asyncio.run(_with_client(url, run))  # type: ignore[no-any-return]
+    except JobIdError as error:
+        raise ConfigError([Problem("job", str(error), kind, "give the job data a trigger.deliveryId")]) from error
+
+
 def print_report(console: Console, report: Report) -> None:
     if not report.findings:
         console.print("[green]No findings.[/green]")
