@@ -149,14 +149,7 @@ async def resolve_reference(
 ) -> Resolved:
     """Run the resolver once for one reference. Raises InfraRetry for anything worth retrying."""
     try:
-        process = await asyncio.create_subprocess_exec(
-            str(script),
-            reference,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=dict(env) if env is not None else None,
-        )
+        process = await _spawn(script, reference, env)
     except OSError as error:
         raise InfraRetry("secret-resolver-unreachable") from error
     assert process.stdout is not None and process.stderr is not None
@@ -235,14 +228,7 @@ async def run_wait_check(
     if not isinstance(target, str) or target == "" or target.startswith("-"):
         return decide_wait(None, failed_to_start=True)
     try:
-        process = await asyncio.create_subprocess_exec(
-            str(script),
-            target,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=dict(env) if env is not None else None,
-        )
+        process = await _spawn(script, target, env)
     except OSError:
         return decide_wait(None, failed_to_start=True)
     assert process.stdout is not None and process.stderr is not None

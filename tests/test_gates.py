@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -141,3 +142,28 @@ async def test_wait_check_timeout_and_abort(tmp_path: Path) -> None:
     await asyncio.sleep(0.5)
     task.cancel()
     assert await task == WaitDecision("hold", False, aborted=True)
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("kind", ["resolver", "check"])
+async def test_a_timed_out_script_and_its_children_are_gone(tmp_path: Path, kind: str) -> None:
+    pids = tmp_path / "pids"
+    stubborn = script(tmp_path, "s", f"trap '' TERM\nsleep 60 &\necho $$ $! > {pids}\nwait")
+    if kind == "resolver":
+        with pytest.raises(InfraRetry):
+            await resolve_reference(stubborn, "ref", 0.5)
+    else:
+        assert await run_wait_check(stubborn, "acme/web#1", 0.5) == WaitDecision("hold", True)
+    shell, child = (int(pid) for pid in pids.read_text().split())
+    for _ in range(50):
+        if gone(shell) and gone(child):
+            break
+        await asyncio.sleep(0.1)
+    assert gone(shell) and gone(child)
