@@ -100,6 +100,19 @@ class FailOn(StrEnum):
     info = "info"
 
 
+def _read_job(path: Path) -> dict[str, object]:
+    """A job's data from a JSON file, or a ConfigError naming the file."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError) as error:
+        raise ConfigError(
+            [Problem(str(path), f"cannot be read as JSON ({error})", str(path), "pass the job's data as JSON")]
+        ) from error
+    if not isinstance(data, dict):
+        raise ConfigError([Problem(str(path), "is not a JSON object", str(path), "pass the job's data as an object")])
+    return data
+
+
 @app.command()
 def audit(
     inventory: Annotated[Path, typer.Option("-i", "--inventory", help="The Ansible inventory file or directory.")],
@@ -175,12 +188,7 @@ def route(
     from pi_dispatch.keys import SHARED_QUEUE, host_queue_name
     from pi_dispatch.operator import read_registry, valkey_url
 
-    try:
-        data = json.loads(job.read_bytes())
-    except (OSError, ValueError) as error:
-        raise ConfigError(
-            [Problem(str(job), f"cannot be read as JSON ({error})", str(job), "pass the job's data as JSON")]
-        ) from error
+    data = _read_job(job)
     if inventory is not None:
         hosts: list[dict[str, object]] = [
             {
@@ -198,12 +206,12 @@ def route(
                 f"[yellow]registry unreachable ({result.reason}): the router would use the shared queue[/yellow]"
             )
         hosts = result.hosts if isinstance(result, LiveHosts) else []
-    trigger = data.get("trigger") if isinstance(data, dict) else None
+    trigger = data.get("trigger")
     try:
         job_id = forge_delivery_job_id(
             kind,
             trigger.get("deliveryId") if isinstance(trigger, dict) else None,
-            data.get("replica") if isinstance(data, dict) else None,
+            data.get("replica"),
         )
     except JobIdError as error:
         console.print(f"queue: {SHARED_QUEUE} (not routable: {error})")
@@ -225,14 +233,7 @@ def enqueue(
     """Route a forge job and add it to its queue with the reference's options; say where it went and why."""
     from pi_dispatch.operator import enqueue_job, valkey_url
 
-    try:
-        data = json.loads(job.read_bytes())
-    except (OSError, ValueError) as error:
-        raise ConfigError(
-            [Problem(str(job), f"cannot be read as JSON ({error})", str(job), "pass the job's data as JSON")]
-        ) from error
-    if not isinstance(data, dict):
-        raise ConfigError([Problem(str(job), "is not a JSON object", str(job), "pass the job's data as an object")])
+    data = _read_job(job)
     queue, job_id, why = enqueue_job(valkey_url(url), kind, data)
     console.print(f"enqueued {job_id} on [bold]{queue}[/bold]: {why}")
 

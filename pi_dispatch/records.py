@@ -13,26 +13,23 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from pi_dispatch.jscompat import MISSING, get, js_string, nullish
+from pi_dispatch.waits import WAIT_REASONS
 
 FORGE_KINDS: Final = frozenset({"github", "gitlab", "forgejo", "azure"})
+SECRET_REASONS: Final = (
+    "secret-profile-unknown",
+    "secret-profile-ambiguous",
+    "secret-name-reserved",
+    "secret-unresolved",
+    "secret-resolver-unreachable",
+)
 
 # Fixed reasons a run can end with. Anything else is recorded as UNRECOGNIZED_REASON rather than
 # copied, because a reason string that is not ours could carry text from a job's payload.
 KNOWN_REASONS: Final = frozenset(
     {
-        "secret-profile-unknown",
-        "secret-profile-ambiguous",
-        "secret-name-reserved",
-        "secret-unresolved",
-        "secret-resolver-unreachable",
-        "wait-refused",
-        "wait-expired",
-        "wait-unanswerable",
-        "wait-profile-unknown",
-        "wait-superseded",
-        "wait-skew",
-        "wait-unreadable",
-        "wait-after-beyond-max",
+        *SECRET_REASONS,
+        *WAIT_REASONS,
         "worker-abort",
         "over-budget",
         "unprotected-branch",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -27,6 +28,17 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+@pytest.fixture
+async def fleet(client: aioredis.Redis) -> AsyncIterator[None]:
+    """mini1 serves s:prod, mini2 nothing; both named and beating."""
+    mini1, mini2 = HostRegistry(client, "mini1"), HostRegistry(client, "mini2")
+    await mini1.start({"routes": "true", "caps": "s:prod"})
+    await mini2.start({"routes": "true", "caps": ""})
+    yield
+    await mini1.close()
+    await mini2.close()
 
 
 def counting_reader(hosts: list[dict[str, object]] | Exception, delay: float = 0.0) -> Any:
@@ -139,10 +151,9 @@ def test_semantic_dedup_ids(kind: str, job: dict[str, Any], expected: str) -> No
     assert semantic_dedup_id(kind, job) == expected
 
 
-async def test_enqueue_routes_adds_with_reference_options_and_dedups(valkey_url: str, client: aioredis.Redis) -> None:
-    mini1, mini2 = HostRegistry(client, "mini1"), HostRegistry(client, "mini2")
-    await mini1.start({"routes": "true", "caps": "s:prod"})
-    await mini2.start({"routes": "true", "caps": ""})
+async def test_enqueue_routes_adds_with_reference_options_and_dedups(
+    valkey_url: str, client: aioredis.Redis, fleet: None
+) -> None:
     enqueuer = Enqueuer(valkey_url, ForgeRouter(registry_reader(client)))
     job = {
         "kind": "github",
@@ -173,8 +184,6 @@ async def test_enqueue_routes_adds_with_reference_options_and_dedups(valkey_url:
         assert await enqueuer.enqueue_forge_job("github", shared) == ("pi-jobs", "gh-d-9")
     finally:
         await enqueuer.close()
-        await mini1.close()
-        await mini2.close()
 
 
 def test_job_options_are_the_references() -> None:
@@ -198,12 +207,9 @@ def test_job_options_are_the_references() -> None:
     }
 
 
-async def test_enqueue_command(valkey_url: str, client: aioredis.Redis, tmp_path: Any) -> None:
+async def test_enqueue_command(valkey_url: str, client: aioredis.Redis, tmp_path: Any, fleet: None) -> None:
     from tests.conftest import run_cli
 
-    mini1, mini2 = HostRegistry(client, "mini1"), HostRegistry(client, "mini2")
-    await mini1.start({"routes": "true", "caps": "s:prod"})
-    await mini2.start({"routes": "true", "caps": ""})
     job = tmp_path / "job.json"
     job.write_text(
         json.dumps(
@@ -222,5 +228,3 @@ async def test_enqueue_command(valkey_url: str, client: aioredis.Redis, tmp_path
     job.write_text(json.dumps({"flow": "x"}))
     refused = await asyncio.to_thread(run_cli, "enqueue", "--job", str(job), "--valkey-url", valkey_url)
     assert refused.returncode == 2 and "deliveryId" in refused.stderr
-    await mini1.close()
-    await mini2.close()
