@@ -112,7 +112,7 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
         server.stop()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def seed_diff() -> Path:
     if not SEED_DIFF.is_file():
         pytest.fail(f"the reference change is missing at {SEED_DIFF}; set PI_SHARED_DIR to the shared/ folder")

@@ -1,0 +1,125 @@
+"""A Node fleet and this one on the same Valkey: the seed's own run-mirror.mjs under node, through ioredis.
+
+Python writes and the seed reads, the seed writes and Python reads, and the same record written by both
+is stored byte for byte the same. Skips, saying why, only without node and npm.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from pi_dispatch.mirror import RunMirror, read_mirrored_runs
+from tests.seedjs import extract_seed_modules
+
+NODE_MIRROR = """
+import Redis from "ioredis";
+import { readFileSync } from "node:fs";
+const mirror = await import(process.argv[2]);
+const [url, mode] = process.argv.slice(3);
+const redis = new Redis(url, { maxRetriesPerRequest: 1 });
+const input = JSON.parse(readFileSync(0, "utf8"));
+let out;
+if (mode === "write") {
+  const writer = mirror.makeRunMirror({ redis, retentionDays: input.retentionDays });
+  out = [];
+  for (const [record, id] of input.records) out.push(await writer.mirror(record, id));
+} else {
+  out = await mirror.readMirroredRuns(redis, { limit: input.limit });
+}
+process.stdout.write(JSON.stringify(out));
+redis.disconnect();
+"""
+
+
+@pytest.fixture(scope="module")
+def node_mirror(tmp_path_factory: pytest.TempPathFactory, seed_diff: Path) -> tuple[str, Path, Path]:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed to run the seed's run-mirror.mjs (apt-get install nodejs npm)")
+    workdir = tmp_path_factory.mktemp("node-interop")
+    subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--silent", "ioredis@5"],
+        cwd=workdir,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    modules = extract_seed_modules(seed_diff, workdir)
+    harness = workdir / "mirror.mjs"
+    harness.write_text(NODE_MIRROR)
+    return node, harness, modules["run-mirror.mjs"]
+
+
+def run_node(node_mirror: tuple[str, Path, Path], url: str, mode: str, payload: dict[str, Any]) -> Any:
+    node, harness, module = node_mirror
+    done = subprocess.run(
+        [node, str(harness), module.as_uri(), url, mode],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def now_iso(offset_s: int = 0) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(time.time() + offset_s))
+
+
+def record(job_id: str, host: str, offset_s: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "jobId": job_id,
+        "kind": "github",
+        "target": "acme/web#7",
+        "endedAt": now_iso(offset_s),
+        "outcome": "completed",
+        "tokens": {"input": 1200, "output": 30, "total": 1230, "cost": 0.0123},
+        "host": host,
+        **extra,
+    }
+
+
+async def test_python_writes_node_reads(
+    valkey_url: str, client: aioredis.Redis, node_mirror: tuple[str, Path, Path]
+) -> None:
+    mirror = RunMirror(client, 7)
+    written = [record(f"gh-py-{i}", "py-mini", -i, flow="fix ✓") for i in range(3)]
+    for rec in written:
+        assert await mirror.mirror(rec, rec["jobId"])
+    read = run_node(node_mirror, valkey_url, "read", {"limit": 50})
+    assert read["degraded"] == "ok"
+    assert read["runs"] == written
+
+
+async def test_node_writes_python_reads(
+    valkey_url: str, client: aioredis.Redis, node_mirror: tuple[str, Path, Path]
+) -> None:
+    written = [record(f"gh-node-{i}", "node-mini", -i) for i in range(3)]
+    assert run_node(
+        node_mirror, valkey_url, "write", {"retentionDays": 7, "records": [[r, r["jobId"]] for r in written]}
+    ) == [True, True, True]
+    read = await read_mirrored_runs(client, limit=2)
+    assert read.degraded == "truncated"
+    assert read.runs == written[:2]
+    assert 7 * 86_400_000 - 60_000 < await client.pttl("runs:index") <= 7 * 86_400_000
+
+
+async def test_both_writers_store_the_same_bytes_and_score(
+    valkey_url: str, client: aioredis.Redis, node_mirror: tuple[str, Path, Path]
+) -> None:
+    same = record("gh-same", "mini1", 0, ratio=1.0, big=1e21, small=1e-7, text='é😀\u2028"\\', nothing=None)
+    run_node(node_mirror, valkey_url, "write", {"retentionDays": 30, "records": [[same, "gh-same"]]})
+    node_bytes, node_score = await client.get("runs:rec:gh-same"), await client.zscore("runs:index", "gh-same")
+    await client.flushdb()
+    assert await RunMirror(client, 30).mirror(json.loads(json.dumps(same)), "gh-same")
+    assert await client.get("runs:rec:gh-same") == node_bytes
+    assert await client.zscore("runs:index", "gh-same") == node_score
