@@ -11,112 +11,14 @@ from __future__ import annotations
 import difflib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Final, Literal
 
-from pi_dispatch.capabilities import ROUTE_FRESH_MS, capability_tokens, job_needs, parse_caps
+from pi_dispatch.capabilities import job_needs
+from pi_dispatch.drift import live_findings
+from pi_dispatch.findings import CODES, SEVERITIES, Finding, FleetHost, Report, Severity
 from pi_dispatch.inventory import PREFIX, InventoryHost, host_problems
-from pi_dispatch.names import sanitize_worker_name
 from pi_dispatch.triggers import Trigger
 
-Severity = Literal["error", "warning", "info"]
-SEVERITIES: Final[tuple[Severity, ...]] = ("error", "warning", "info")
-DOCTOR_STALE_MS: Final = 300_000
-REPORT_VERSION: Final = 1
-
-# code -> (severity, one-line meaning), the reference table of docs/multi-host.md
-CODES: Final[dict[str, tuple[Severity, str]]] = {
-    "profile-undeclared": ("error", "a trigger needs a profile no host declares; every delivery is refused"),
-    "profile-hosts-down": (
-        "error",
-        "a trigger needs a profile only down hosts declare; deliveries are refused meanwhile",
-    ),
-    "profile-unroutable": ("error", "only hosts without a worker name declare the profile; placement is a coin flip"),
-    "needs-split": ("error", "the trigger's needs are declared, but no single host has all of them"),
-    "default-profile-missing": (
-        "error",
-        "secrets without secretsProfile use `default`, never routed: every host needs it",
-    ),
-    "profile-single-host": ("warning", "only one routable host serves the trigger: a single point of failure"),
-    "profile-routed": ("info", "routed to the hosts that declare the profile"),
-    "profile-everywhere": ("info", "every host declares it: the shared queue load-balances"),
-    "host-vars-invalid": ("error", "a host's declarations are invalid; its worker would refuse to start"),
-    "worker-name-duplicate": ("error", "two hosts declare the same worker name; they would share one queue and row"),
-    "profile-case-clash": ("warning", "profile names that differ only by case; a trigger naming one misses the other"),
-    "logs-dir-shared": ("warning", "hosts share PI_LOGS_DIR; run records, raw logs and the reaper are shared too"),
-    "tz-mismatch": ("warning", "hosts disagree about the timezone, so one cron pattern is two instants"),
-    "registry-unreachable": ("error", "the live registry could not be read"),
-    "host-silent": ("warning", "an inventory host publishes no registry row"),
-    "host-stale": ("warning", "a host's row is older than 45 s, so nothing is routed to it"),
-    "host-stale-doctor": ("warning", "a host's row is older than five minutes"),
-    "host-unknown": ("warning", "a live host is not in the inventory"),
-    "caps-drift": ("error", "a host publishes other capabilities than the inventory declares"),
-    "routes-drift": ("warning", "a host's routes flag disagrees with whether the inventory names it"),
-    "peer-undeclared": ("warning", "a live host has peers but no declared name, so host routing is off there"),
-    "digest-mismatch": ("warning", "hosts run different job image digests"),
-}
-
-
-@dataclass(frozen=True)
-class Finding:
-    code: str
-    subject: str
-    message: str
-    fix: str
-    hosts: tuple[str, ...] = ()
-    profile: str | None = None
-    trigger: str | None = None
-
-    @property
-    def severity(self) -> Severity:
-        return CODES[self.code][0]
-
-    def as_json(self) -> dict[str, Any]:
-        return {"code": self.code, "severity": self.severity, **asdict(self) | {"hosts": list(self.hosts)}}
-
-
-@dataclass
-class Report:
-    findings: list[Finding]
-    live: str
-    simulated_down: list[str]
-    hosts: int
-    triggers: int
-
-    def count(self, severity: Severity) -> int:
-        return sum(finding.severity == severity for finding in self.findings)
-
-    def at_or_above(self, level: Severity) -> bool:
-        rank = SEVERITIES.index(level)
-        return any(SEVERITIES.index(finding.severity) <= rank for finding in self.findings)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "version": REPORT_VERSION,
-            "live": self.live,
-            "simulatedDown": self.simulated_down,
-            "hosts": self.hosts,
-            "triggers": self.triggers,
-            "summary": {severity: self.count(severity) for severity in SEVERITIES},
-            "findings": [finding.as_json() for finding in self.findings],
-        }
-
-
-@dataclass(frozen=True)
-class FleetHost:
-    """An inventory host as placement sees it."""
-
-    name: str
-    worker_name: str
-    declared: bool
-    tokens: frozenset[str]
-    vars: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, host: InventoryHost) -> FleetHost:
-        tokens = frozenset(capability_tokens(host.secret_profiles, host.wait_profiles))
-        worker = host.worker_name or sanitize_worker_name(host.name)
-        return cls(host.name, worker, host.worker_name is not None, tokens, host.vars)
+__all__ = ["CODES", "SEVERITIES", "Finding", "FleetHost", "Report", "Severity", "audit"]
 
 
 def _need_label(need: str) -> str:
@@ -334,116 +236,6 @@ def _shared_value_findings(fleet: Sequence[FleetHost], suffix: str, code: str, f
     ]
 
 
-def _live_findings(
-    fleet: Sequence[FleetHost], rows: Sequence[Mapping[str, object]], liveness: dict[str, str]
-) -> tuple[list[Finding], set[str]]:
-    """Drift between inventory and registry, and the inventory hosts that cannot be routed to now.
-
-    Fills liveness with a note for each host that is up, for the placement findings to quote.
-    """
-    findings: list[Finding] = []
-    down: set[str] = set()
-    live = {str(row.get("name")): row for row in rows}
-    for host in fleet:
-        row = live.get(host.worker_name)
-        beat = row.get("staleMs") if row is not None else None
-        if isinstance(beat, int | float) and beat <= ROUTE_FRESH_MS:
-            liveness[host.name] = f"up, last beat {beat / 1000:.0f} s ago"
-        if row is None:
-            findings.append(
-                Finding(
-                    "host-silent",
-                    f"host {host.name}",
-                    f"no registry row for worker {host.worker_name!r}",
-                    "start its worker (systemctl status pi-dispatch-worker) and check its VALKEY_URL",
-                    (host.name,),
-                )
-            )
-            down.add(host.name)
-            continue
-        stale = row.get("staleMs")
-        if not isinstance(stale, int | float) or stale > ROUTE_FRESH_MS:
-            down.add(host.name)
-            age = f"{stale / 1000:.0f} s" if isinstance(stale, int | float) else "an unknown time"
-            code = "host-stale-doctor" if isinstance(stale, int | float) and stale > DOCTOR_STALE_MS else "host-stale"
-            findings.append(
-                Finding(
-                    code,
-                    f"host {host.name}",
-                    f"last beat {age} ago",
-                    "check that the worker runs and clocks agree",
-                    (host.name,),
-                )
-            )
-        published = frozenset(parse_caps(row.get("caps")))
-        if published != host.tokens:
-            missing, extra = sorted(host.tokens - published), sorted(published - host.tokens)
-            detail = "; ".join(
-                part
-                for part in (
-                    f"missing {', '.join(missing)}" if missing else "",
-                    f"extra {', '.join(extra)}" if extra else "",
-                )
-                if part
-            )
-            findings.append(
-                Finding(
-                    "caps-drift",
-                    f"host {host.name}",
-                    f"publishes {detail}",
-                    "roll the inventory out again (or fix the inventory) and restart the worker",
-                    (host.name,),
-                )
-            )
-        if (row.get("routes") == "true") is not host.declared:
-            findings.append(
-                Finding(
-                    "routes-drift",
-                    f"host {host.name}",
-                    f"routes={row.get('routes')!s} but the inventory "
-                    f"{'names' if host.declared else 'does not name'} it",
-                    "roll the inventory out again",
-                    (host.name,),
-                )
-            )
-    known = {host.worker_name for host in fleet}
-    findings += [
-        Finding(
-            "host-unknown",
-            f"worker {name}",
-            "publishes a row but is in no inventory",
-            "add it to the inventory, or stop it",
-            (name,),
-        )
-        for name in sorted(live)
-        if name not in known
-    ]
-    if len(live) > 1:
-        findings += [
-            Finding(
-                "peer-undeclared",
-                f"worker {name}",
-                "has peers but no PI_WORKER_NAME, so host routing is OFF there",
-                "set pi_dispatch_worker_name for it and roll out",
-                (name,),
-            )
-            for name, row in sorted(live.items())
-            if row.get("routes") != "true"
-        ]
-    for key, code, fix in (
-        ("tz", "tz-mismatch", "set the same TZ on every host"),
-        ("imageDigest", "digest-mismatch", "rebuild or re-pull so every host runs the same image"),
-    ):
-        values: dict[str, list[str]] = defaultdict(list)
-        for name, row in live.items():
-            if row.get(key):
-                values[str(row[key])].append(name)
-        if len(values) > 1:
-            detail = "; ".join(f"{value}: {', '.join(sorted(names))}" for value, names in sorted(values.items()))
-            findings.append(Finding(code, f"live {key}", detail, fix))
-    return findings, down
-
-
 def audit(
     hosts: Sequence[InventoryHost],
     triggers: Sequence[Trigger],
@@ -462,8 +254,8 @@ def audit(
             Finding("registry-unreachable", "registry", live_state, "check VALKEY_URL and that the store is up")
         )
     if live_rows is not None:
-        live_findings, live_down = _live_findings(fleet, live_rows, liveness)
-        findings += live_findings
+        drift, live_down = live_findings(fleet, live_rows, liveness)
+        findings += drift
         down |= live_down
     findings += _placement_findings(triggers, fleet, down, liveness)
     order = {severity: rank for rank, severity in enumerate(SEVERITIES)}

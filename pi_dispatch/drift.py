@@ -1,0 +1,122 @@
+"""Live drift: what the registry says against what the inventory declares (the doctor's fleet checks)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from pi_dispatch.capabilities import ROUTE_FRESH_MS, parse_caps
+from pi_dispatch.findings import Finding, FleetHost
+
+DOCTOR_STALE_MS: Final = 300_000
+
+
+def live_findings(
+    fleet: Sequence[FleetHost], rows: Sequence[Mapping[str, object]], liveness: dict[str, str]
+) -> tuple[list[Finding], set[str]]:
+    """Drift between inventory and registry, and the inventory hosts that cannot be routed to now.
+
+    Fills liveness with a note for each host that is up, for the placement findings to quote.
+    """
+    findings: list[Finding] = []
+    down: set[str] = set()
+    live = {str(row.get("name")): row for row in rows}
+    for host in fleet:
+        row = live.get(host.worker_name)
+        beat = row.get("staleMs") if row is not None else None
+        if isinstance(beat, int | float) and beat <= ROUTE_FRESH_MS:
+            liveness[host.name] = f"up, last beat {beat / 1000:.0f} s ago"
+        if row is None:
+            findings.append(
+                Finding(
+                    "host-silent",
+                    f"host {host.name}",
+                    f"no registry row for worker {host.worker_name!r}",
+                    "start its worker (systemctl status pi-dispatch-worker) and check its VALKEY_URL",
+                    (host.name,),
+                )
+            )
+            down.add(host.name)
+            continue
+        stale = row.get("staleMs")
+        if not isinstance(stale, int | float) or stale > ROUTE_FRESH_MS:
+            down.add(host.name)
+            age = f"{stale / 1000:.0f} s" if isinstance(stale, int | float) else "an unknown time"
+            code = "host-stale-doctor" if isinstance(stale, int | float) and stale > DOCTOR_STALE_MS else "host-stale"
+            findings.append(
+                Finding(
+                    code,
+                    f"host {host.name}",
+                    f"last beat {age} ago",
+                    "check that the worker runs and clocks agree",
+                    (host.name,),
+                )
+            )
+        published = frozenset(parse_caps(row.get("caps")))
+        if published != host.tokens:
+            missing, extra = sorted(host.tokens - published), sorted(published - host.tokens)
+            detail = "; ".join(
+                part
+                for part in (
+                    f"missing {', '.join(missing)}" if missing else "",
+                    f"extra {', '.join(extra)}" if extra else "",
+                )
+                if part
+            )
+            findings.append(
+                Finding(
+                    "caps-drift",
+                    f"host {host.name}",
+                    f"publishes {detail}",
+                    "roll the inventory out again (or fix the inventory) and restart the worker",
+                    (host.name,),
+                )
+            )
+        if (row.get("routes") == "true") is not host.declared:
+            findings.append(
+                Finding(
+                    "routes-drift",
+                    f"host {host.name}",
+                    f"routes={row.get('routes')!s} but the inventory "
+                    f"{'names' if host.declared else 'does not name'} it",
+                    "roll the inventory out again",
+                    (host.name,),
+                )
+            )
+    known = {host.worker_name for host in fleet}
+    findings += [
+        Finding(
+            "host-unknown",
+            f"worker {name}",
+            "publishes a row but is in no inventory",
+            "add it to the inventory, or stop it",
+            (name,),
+        )
+        for name in sorted(live)
+        if name not in known
+    ]
+    if len(live) > 1:
+        findings += [
+            Finding(
+                "peer-undeclared",
+                f"worker {name}",
+                "has peers but no PI_WORKER_NAME, so host routing is OFF there",
+                "set pi_dispatch_worker_name for it and roll out",
+                (name,),
+            )
+            for name, row in sorted(live.items())
+            if row.get("routes") != "true"
+        ]
+    for key, code, fix in (
+        ("tz", "tz-mismatch", "set the same TZ on every host"),
+        ("imageDigest", "digest-mismatch", "rebuild or re-pull so every host runs the same image"),
+    ):
+        values: dict[str, list[str]] = defaultdict(list)
+        for name, row in live.items():
+            if row.get(key):
+                values[str(row[key])].append(name)
+        if len(values) > 1:
+            detail = "; ".join(f"{value}: {', '.join(sorted(names))}" for value, names in sorted(values.items()))
+            findings.append(Finding(code, f"live {key}", detail, fix))
+    return findings, down

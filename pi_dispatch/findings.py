@@ -1,0 +1,109 @@
+"""What the audit reports: finding codes with their severities, a finding, a report, a host as placement sees it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final, Literal
+
+from pi_dispatch.capabilities import capability_tokens
+from pi_dispatch.inventory import InventoryHost
+from pi_dispatch.names import sanitize_worker_name
+
+Severity = Literal["error", "warning", "info"]
+SEVERITIES: Final[tuple[Severity, ...]] = ("error", "warning", "info")
+REPORT_VERSION: Final = 1
+
+# code -> (severity, one-line meaning), the reference table of docs/multi-host.md
+CODES: Final[dict[str, tuple[Severity, str]]] = {
+    "profile-undeclared": ("error", "a trigger needs a profile no host declares; every delivery is refused"),
+    "profile-hosts-down": (
+        "error",
+        "a trigger needs a profile only down hosts declare; deliveries are refused meanwhile",
+    ),
+    "profile-unroutable": ("error", "only hosts without a worker name declare the profile; placement is a coin flip"),
+    "needs-split": ("error", "the trigger's needs are declared, but no single host has all of them"),
+    "default-profile-missing": (
+        "error",
+        "secrets without secretsProfile use `default`, never routed: every host needs it",
+    ),
+    "profile-single-host": ("warning", "only one routable host serves the trigger: a single point of failure"),
+    "profile-routed": ("info", "routed to the hosts that declare the profile"),
+    "profile-everywhere": ("info", "every host declares it: the shared queue load-balances"),
+    "host-vars-invalid": ("error", "a host's declarations are invalid; its worker would refuse to start"),
+    "worker-name-duplicate": ("error", "two hosts declare the same worker name; they would share one queue and row"),
+    "profile-case-clash": ("warning", "profile names that differ only by case; a trigger naming one misses the other"),
+    "logs-dir-shared": ("warning", "hosts share PI_LOGS_DIR; run records, raw logs and the reaper are shared too"),
+    "tz-mismatch": ("warning", "hosts disagree about the timezone, so one cron pattern is two instants"),
+    "registry-unreachable": ("error", "the live registry could not be read"),
+    "host-silent": ("warning", "an inventory host publishes no registry row"),
+    "host-stale": ("warning", "a host's row is older than 45 s, so nothing is routed to it"),
+    "host-stale-doctor": ("warning", "a host's row is older than five minutes"),
+    "host-unknown": ("warning", "a live host is not in the inventory"),
+    "caps-drift": ("error", "a host publishes other capabilities than the inventory declares"),
+    "routes-drift": ("warning", "a host's routes flag disagrees with whether the inventory names it"),
+    "peer-undeclared": ("warning", "a live host has peers but no declared name, so host routing is off there"),
+    "digest-mismatch": ("warning", "hosts run different job image digests"),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    subject: str
+    message: str
+    fix: str
+    hosts: tuple[str, ...] = ()
+    profile: str | None = None
+    trigger: str | None = None
+
+    @property
+    def severity(self) -> Severity:
+        return CODES[self.code][0]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"code": self.code, "severity": self.severity, **asdict(self) | {"hosts": list(self.hosts)}}
+
+
+@dataclass
+class Report:
+    findings: list[Finding]
+    live: str
+    simulated_down: list[str]
+    hosts: int
+    triggers: int
+
+    def count(self, severity: Severity) -> int:
+        return sum(finding.severity == severity for finding in self.findings)
+
+    def at_or_above(self, level: Severity) -> bool:
+        rank = SEVERITIES.index(level)
+        return any(SEVERITIES.index(finding.severity) <= rank for finding in self.findings)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "version": REPORT_VERSION,
+            "live": self.live,
+            "simulatedDown": self.simulated_down,
+            "hosts": self.hosts,
+            "triggers": self.triggers,
+            "summary": {severity: self.count(severity) for severity in SEVERITIES},
+            "findings": [finding.as_json() for finding in self.findings],
+        }
+
+
+@dataclass(frozen=True)
+class FleetHost:
+    """An inventory host as placement sees it."""
+
+    name: str
+    worker_name: str
+    declared: bool
+    tokens: frozenset[str]
+    vars: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, host: InventoryHost) -> FleetHost:
+        tokens = frozenset(capability_tokens(host.secret_profiles, host.wait_profiles))
+        worker = host.worker_name or sanitize_worker_name(host.name)
+        return cls(host.name, worker, host.worker_name is not None, tokens, host.vars)
