@@ -135,6 +135,13 @@ async def _count(stream: asyncio.StreamReader) -> int:
     return total
 
 
+def _counted(task: asyncio.Future[int]) -> int:
+    """The bytes a finished counting task saw; 0 when it was cut short or failed."""
+    if not task.done() or task.cancelled() or task.exception() is not None:
+        return 0
+    return task.result()
+
+
 @dataclass(frozen=True)
 class Resolved:
     """A resolver's answer for one reference: a value, or why there is none."""
@@ -154,12 +161,14 @@ async def resolve_reference(
         raise InfraRetry("secret-resolver-unreachable") from error
     assert process.stdout is not None and process.stderr is not None
     stderr = asyncio.ensure_future(_count(process.stderr))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s  # one bound for the whole run, reading and exiting alike
     try:
         output, overflow = await asyncio.wait_for(_read_capped(process.stdout, MAX_SECRET_BYTES), timeout_s)
         if overflow:
             await _stop(process)
             return Resolved(None, "overflow")
-        code = await _exit_code(process, timeout_s)
+        code = await _exit_code(process, max(0.0, deadline - loop.time()))
     except TimeoutError as error:
         await _stop(process)
         raise InfraRetry("secret-resolver-unreachable") from error
@@ -167,7 +176,7 @@ async def resolve_reference(
         if not stderr.done():
             stderr.cancel()
         _release(process)
-    stderr_bytes = stderr.result() if not stderr.cancelled() else 0
+    stderr_bytes = _counted(stderr)
     if code == 2:
         return Resolved(None, "exit", stderr_bytes)
     if code != 0:

@@ -167,3 +167,12 @@ async def test_a_timed_out_script_and_its_children_are_gone(tmp_path: Path, kind
             break
         await asyncio.sleep(0.1)
     assert gone(shell) and gone(child)
+
+
+async def test_the_timeout_bounds_the_whole_run(tmp_path: Path) -> None:
+    # Prints its answer quickly, then keeps running: reading ends at once, exiting never does.
+    lingering = script(tmp_path, "r", 'printf "v"\nexec 1>&-\nsleep 30')
+    started = time.monotonic()
+    with pytest.raises(InfraRetry):
+        await resolve_reference(lingering, "ref", 1.0)
+    assert time.monotonic() - started < 10  # 1 s bound plus TERM; not 2 x the bound and never the 30 s sleep
