@@ -43,7 +43,7 @@ async def test_killed_server_then_restart(private_redis: RedisServer, tmp_path: 
     private_redis.stop()
     started = time.monotonic()
     assert await mirror.mirror(run("during-0"), "during-0") is False
-    assert time.monotonic() - started < 3.0  # bounded: a dead server is not waited on
+    assert time.monotonic() - started < 10.0  # bounded: a dead server is not waited on
     for index in range(1, 4):
         recorder.record(run(f"during-{index}"))
     await recorder.settle()
