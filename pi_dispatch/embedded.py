@@ -49,8 +49,9 @@ def free_port() -> int:
 class EmbeddedValkey:
     """A redis-server of our own on 127.0.0.1; it may be stopped and started again on the same port."""
 
-    def __init__(self, workdir: Path | None = None, binary: str | None = None) -> None:
+    def __init__(self, workdir: Path | None = None, binary: str | None = None, *, persist: bool = False) -> None:
         self.binary, self.origin = (binary, "given") if binary else server_binary()
+        self.persist = persist  # an append-only file fsynced on every write, so a restart keeps every job
         self.port = free_port()
         self._tempdir = None if workdir else tempfile.TemporaryDirectory(prefix="pi-dispatch-valkey-")
         self.workdir = workdir or Path(self._tempdir.name)  # type: ignore[union-attr]
@@ -71,7 +72,9 @@ class EmbeddedValkey:
                 "--save",
                 "",
                 "--appendonly",
-                "no",
+                "yes" if self.persist else "no",
+                "--appendfsync",
+                "always",
                 "--dir",
                 str(self.workdir),
                 "--maxmemory-policy",

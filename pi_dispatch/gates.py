@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import stat
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ from pi_dispatch.waits import WaitDecision, decide_wait
 MAX_SECRET_BYTES: Final = 65_536
 KILL_GRACE_S: Final = 2.0
 DEFAULT_PROFILE: Final = "default"
+ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 SecretFailure = Literal["exit", "empty", "nul", "overflow"]
 
@@ -202,20 +204,43 @@ class SecretsGate:
     env: Mapping[str, str] | None = None
     reserved: frozenset[str] = field(default_factory=frozenset)
 
-    async def resolve(self, job: Mapping[str, object]) -> dict[str, str] | Refusal:
-        """Env values for the job's secrets ({} when it binds none); Refusal; or InfraRetry raised."""
+    @staticmethod
+    def _binding(job: Mapping[str, object]) -> tuple[str, Mapping[object, object]] | None:
+        """The profile a job binds and its name → reference map; None when it binds no secret."""
         profile = job.get("secretsProfile")
         secrets = job.get("secrets")
         bound = secrets if isinstance(secrets, Mapping) else {}
         if not (isinstance(profile, str) and profile) and not bound:
-            return {}
-        name = profile if isinstance(profile, str) and profile else DEFAULT_PROFILE
+            return None
+        return (profile if isinstance(profile, str) and profile else DEFAULT_PROFILE), bound
+
+    def refusal(self, job: Mapping[str, object]) -> Refusal | None:
+        """The table lookups that refuse a job before anything runs: an undeclared profile, a reserved name."""
+        binding = self._binding(job)
+        if binding is None:
+            return None
+        name, bound = binding
         declared = self.profiles.get(name)
-        script = usable_script(declared) if declared else None
-        if script is None:
+        if declared is None or usable_script(declared) is None:
             return Refusal("secret-profile-unknown", name)
-        if any(variable in self.reserved for variable in bound):
+        if any(
+            not isinstance(variable, str) or not ENV_NAME.fullmatch(variable) or variable in self.reserved
+            for variable in bound
+        ):
             return Refusal("secret-name-reserved", name)
+        return None
+
+    async def resolve(self, job: Mapping[str, object]) -> dict[str, str] | Refusal:
+        """Env values for the job's secrets ({} when it binds none); Refusal; or InfraRetry raised."""
+        binding = self._binding(job)
+        if binding is None:
+            return {}
+        if refused := self.refusal(job):
+            return refused
+        name, bound = binding
+        script = usable_script(self.profiles[name])
+        if script is None:  # removed since the lookup
+            return Refusal("secret-profile-unknown", name)
         values: dict[str, str] = {}
         by_reference: dict[str, str] = {}
         for variable, reference in bound.items():

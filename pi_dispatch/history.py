@@ -29,24 +29,40 @@ def record_path(logs_dir: Path, job_id: object) -> Path:
     return logs_dir / f"{sanitize_job_id(job_id)}.json"
 
 
-def write_record(logs_dir: Path, record: Mapping[str, Any], log: EventLog = discard) -> Path | None:
-    """Write the record atomically (temp file, fsync, rename). Returns its path, or None after logging."""
+def _write_atomically(target: Path, content: bytes) -> None:
+    """Temp file, fsync, rename: a reader sees the old file or the new one, never half of either."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp_name = tempfile.mkstemp(dir=target.parent, prefix=".", suffix=_TEMP_SUFFIX)
     try:
-        logs_dir.mkdir(parents=True, exist_ok=True)
+        with os.fdopen(handle, "wb") as temp:
+            temp.write(content)
+            temp.flush()
+            os.fsync(temp.fileno())
+        Path(temp_name).replace(target)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+
+
+def write_record(logs_dir: Path, record: Mapping[str, Any], log: EventLog = discard) -> Path | None:
+    """Write the record atomically. Returns its path, or None after logging."""
+    try:
         target = record_path(logs_dir, record.get("jobId"))
-        handle, temp_name = tempfile.mkstemp(dir=logs_dir, prefix=".", suffix=_TEMP_SUFFIX)
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as temp:
-                temp.write(js_json(record) + "\n")
-                temp.flush()
-                os.fsync(temp.fileno())
-            Path(temp_name).replace(target)
-        except BaseException:
-            Path(temp_name).unlink(missing_ok=True)
-            raise
+        _write_atomically(target, (js_json(record) + "\n").encode("utf-8"))
         return target
     except Exception as error:
         log("run_record_failed", {"jobId": sanitize_job_id(record.get("jobId")), "reason": type(error).__name__})
+        return None
+
+
+def write_job_log(logs_dir: Path, job_id: object, output: bytes, log: EventLog = discard) -> Path | None:
+    """Write a job's raw container output to `<id>.log` (mode 0600: it can quote issue text). Never raises."""
+    try:
+        target = logs_dir / f"{sanitize_job_id(job_id)}.log"
+        _write_atomically(target, output)
+        return target
+    except Exception as error:
+        log("job_log_failed", {"jobId": sanitize_job_id(job_id), "reason": type(error).__name__})
         return None
 
 

@@ -32,9 +32,14 @@ ENV_OF: Final = {
     f"{PREFIX}valkey_password": "VALKEY_PASSWORD",
     f"{PREFIX}concurrency": "PI_CONCURRENCY",
     f"{PREFIX}logs_dir": "PI_LOGS_DIR",
+    f"{PREFIX}jobs_dir": "PI_JOBS_DIR",
     f"{PREFIX}log_retention_days": "PI_LOG_RETENTION_DAYS",
     f"{PREFIX}capture_job_logs": "PI_CAPTURE_JOB_LOGS",
     f"{PREFIX}job_image": "PI_JOB_IMAGE",
+    f"{PREFIX}job_timeout_ms": "PI_JOB_TIMEOUT_MS",
+    f"{PREFIX}job_memory_mb": "PI_JOB_MEMORY_MB",
+    f"{PREFIX}job_cpus": "PI_JOB_CPUS",
+    f"{PREFIX}drain_grace_ms": "PI_DRAIN_GRACE_MS",
     f"{PREFIX}tz": "TZ",
 }
 HEADER: Final = "Rendered by pi-dispatch from the inventory for host {host}; a rollout overwrites edits."
@@ -139,21 +144,33 @@ def env_values(host_vars: Mapping[str, Any]) -> dict[str, str]:
     return values
 
 
-_TYPES: Final[dict[str, type]] = {
+_TYPES: Final[dict[str, type | tuple[type, ...]]] = {
     "name": str,
     "valkey_url": str,
     "valkey_password": str,
     "logs_dir": str,
+    "jobs_dir": str,
     "job_image": str,
     "tz": str,
     "triggers_file": str,
     "concurrency": int,
     "log_retention_days": int,
+    "job_timeout_ms": int,
+    "job_memory_mb": int,
+    "drain_grace_ms": int,
+    "job_cpus": (int, float),
     "capture_job_logs": bool,
     "secret_profiles": dict,
     "wait_profiles": dict,
 }
-_LIMITS: Final = {"concurrency": (1, 999), "log_retention_days": (0, 36500)}
+_LIMITS: Final[dict[str, tuple[float, float]]] = {
+    "concurrency": (1, 999),
+    "log_retention_days": (0, 36500),
+    "job_timeout_ms": (1, 604_800_000),
+    "job_memory_mb": (6, 1_048_576),
+    "drain_grace_ms": (1, 3_600_000),
+    "job_cpus": (0.01, 9999.99),
+}
 
 
 def _shape_problems(host_vars: Mapping[str, Any], source: str) -> list[Problem]:
@@ -165,13 +182,10 @@ def _shape_problems(host_vars: Mapping[str, Any], source: str) -> list[Problem]:
     ]
     for suffix, expected in _TYPES.items():
         value = host_vars.get(PREFIX + suffix)
-        wrong_bool = expected is int and isinstance(value, bool)
+        wrong_bool = expected is not bool and isinstance(value, bool)
         if value is not None and (not isinstance(value, expected) or wrong_bool):
-            found.append(
-                Problem(
-                    PREFIX + suffix, f"{value!r} is not a {expected.__name__}", source, f"use a {expected.__name__}"
-                )
-            )
+            type_name = expected.__name__ if isinstance(expected, type) else "number"
+            found.append(Problem(PREFIX + suffix, f"{value!r} is not a {type_name}", source, f"use a {type_name}"))
         elif isinstance(value, dict):
             found += [
                 Problem(
@@ -193,13 +207,12 @@ def check_host_vars(host_vars: Mapping[str, Any], source: str = "") -> list[Prob
         return found
     for suffix, (low, high) in _LIMITS.items():
         value = host_vars.get(PREFIX + suffix)
-        if isinstance(value, int) and not low <= value <= high:
+        if isinstance(value, (int, float)) and not low <= value <= high:
+            kind = "a number" if suffix == "job_cpus" else "a whole number"
             found.append(
-                Problem(
-                    PREFIX + suffix, f"{value} is outside {low}..{high}", source, f"a whole number from {low} to {high}"
-                )
+                Problem(PREFIX + suffix, f"{value} is outside {low}..{high}", source, f"{kind} from {low} to {high}")
             )
-    for key in ("name", "logs_dir"):
+    for key in ("name", "logs_dir", "jobs_dir"):
         if host_vars.get(PREFIX + key) == "":
             found.append(Problem(PREFIX + key, "is empty", source, "give a value, or leave the variable out"))
     triggers = host_vars.get(f"{PREFIX}triggers_file")

@@ -34,6 +34,7 @@ _POSITIVE: Final = re.compile(r"[ \t]*([1-9][0-9]{0,14})[ \t]*")
 _NON_NEGATIVE: Final = re.compile(r"[ \t]*(0|[1-9][0-9]{0,14})[ \t]*")
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 _URL: Final = re.compile(r"(?:redis|rediss|unix)://[^\x00-\x20\x7f]+")
+_ABSOLUTE: Final = re.compile(r"(?:|/[^\x00-\x1f\x7f]*)")
 _IMAGE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
 _ZONE: Final = re.compile(r"(?:|:?[A-Za-z0-9_+./-]+)")
 POSITIVE_INTS: Final = (
@@ -46,7 +47,12 @@ POSITIVE_INTS: Final = (
     "PI_WAIT_CHECK_SLOTS",
     "PI_WAIT_MAX_CHECKS",
     "PI_WAIT_MAX_FAULTS",
+    "PI_JOB_TIMEOUT_MS",
+    "PI_JOB_MEMORY_MB",
+    "PI_DRAIN_GRACE_MS",
+    "PI_LOCK_DURATION_MS",
 )
+_CPUS: Final = re.compile(r"[ \t]*([1-9][0-9]{0,3}(?:\.[0-9]{1,2})?|0\.(?:[1-9][0-9]?|0[1-9]))[ \t]*")
 
 
 SETTING_OF: Final = {
@@ -57,9 +63,15 @@ SETTING_OF: Final = {
     "VALKEY_PASSWORD": "valkey_password",
     "PI_CONCURRENCY": "concurrency",
     "PI_LOGS_DIR": "logs_dir",
+    "PI_JOBS_DIR": "jobs_dir",
     "PI_LOG_RETENTION_DAYS": "log_retention_days",
     "PI_CAPTURE_JOB_LOGS": "capture_job_logs",
     "PI_JOB_IMAGE": "job_image",
+    "PI_JOB_TIMEOUT_MS": "job_timeout_ms",
+    "PI_JOB_MEMORY_MB": "job_memory_mb",
+    "PI_JOB_CPUS": "job_cpus",
+    "PI_DRAIN_GRACE_MS": "drain_grace_ms",
+    "PI_LOCK_DURATION_MS": "lock_duration_ms",
     "PI_SECRET_RESOLVE_TIMEOUT_MS": "secret_resolve_timeout_ms",
     "PI_WAIT_CHECK_TIMEOUT_MS": "wait_check_timeout_ms",
     "PI_WAIT_INTERVAL_MS": "wait_interval_ms",
@@ -115,9 +127,15 @@ class WorkerSettings(BaseModel):
     valkey_password: SecretStr | None
     concurrency: int
     logs_dir: Path
+    jobs_dir: Path
     log_retention_days: int
     capture_job_logs: bool
     job_image: str
+    job_timeout_ms: int
+    job_memory_mb: int
+    job_cpus: float
+    drain_grace_ms: int
+    lock_duration_ms: int
     secret_resolve_timeout_ms: int
     wait_check_timeout_ms: int
     wait_interval_ms: int
@@ -143,10 +161,13 @@ class HostFacts:
         home = os.environ.get("HOME")
         return cls(socket.gethostname(), Path(home) if home else None, os.geteuid())
 
-    def default_logs_dir(self) -> Path:
+    def default_dir(self, name: str) -> Path:
         if self.home is not None:
-            return self.home / ".pi-dispatch" / "logs"
-        return Path(tempfile.gettempdir()) / f"pi-dispatch-{self.euid}" / "logs"
+            return self.home / ".pi-dispatch" / name
+        return Path(tempfile.gettempdir()) / f"pi-dispatch-{self.euid}" / name
+
+    def default_logs_dir(self) -> Path:
+        return self.default_dir("logs")
 
 
 # variable -> (pattern its whole value must match, what is wrong, the fix); checked without the schema
@@ -156,13 +177,11 @@ _SHAPES: Final[dict[str, tuple[re.Pattern[str], str, str]]] = {
     ),
     "PI_LOG_RETENTION_DAYS": (_NON_NEGATIVE, "is not a whole number of days", "0 keeps forever"),
     "VALKEY_URL": (_URL, "is not a redis://, rediss:// or unix:// URL", "e.g. redis://store.lan:6379/0"),
-    "PI_LOGS_DIR": (
-        re.compile(r"(?:|/[^\x00-\x1f\x7f]*)"),
-        "is not an absolute path",
-        "e.g. /var/lib/pi-dispatch/logs",
-    ),
+    "PI_LOGS_DIR": (_ABSOLUTE, "is not an absolute path", "e.g. /var/lib/pi-dispatch/logs"),
+    "PI_JOBS_DIR": (_ABSOLUTE, "is not an absolute path", "e.g. /var/lib/pi-dispatch/jobs"),
     "PI_CAPTURE_JOB_LOGS": (re.compile(r"[01]?"), "is neither 1 nor 0", "1 to capture, 0 or empty not to"),
     "PI_JOB_IMAGE": (_IMAGE, "is not an image reference", "e.g. pi-job:latest"),
+    "PI_JOB_CPUS": (_CPUS, "is not a number of CPUs from 0.01 to 9999.99", "e.g. 1, 1.5 or 0.25"),
     "TZ": (_ZONE, "is not a zone name", "an IANA zone such as UTC or Europe/Amsterdam"),
 }
 
@@ -213,6 +232,7 @@ def parse_worker_env(raw: Mapping[str, str], source: str, facts: HostFacts) -> W
     name = raw.get("PI_WORKER_NAME", "")
     password = raw.get("VALKEY_PASSWORD")
     logs = raw.get("PI_LOGS_DIR", "")
+    jobs = raw.get("PI_JOBS_DIR", "")
     return WorkerSettings(
         worker_name=name or sanitize_worker_name(facts.hostname),
         worker_name_declared=bool(name),
@@ -222,9 +242,15 @@ def parse_worker_env(raw: Mapping[str, str], source: str, facts: HostFacts) -> W
         valkey_password=SecretStr(password) if password else None,
         concurrency=integer("PI_CONCURRENCY"),
         logs_dir=Path(logs) if logs else facts.default_logs_dir(),
+        jobs_dir=Path(jobs) if jobs else facts.default_dir("jobs"),
         log_retention_days=integer("PI_LOG_RETENTION_DAYS"),
         capture_job_logs=raw.get("PI_CAPTURE_JOB_LOGS") == "1",
         job_image=value("PI_JOB_IMAGE"),
+        job_timeout_ms=integer("PI_JOB_TIMEOUT_MS"),
+        job_memory_mb=integer("PI_JOB_MEMORY_MB"),
+        job_cpus=float(value("PI_JOB_CPUS").strip(" \t")),
+        drain_grace_ms=integer("PI_DRAIN_GRACE_MS"),
+        lock_duration_ms=integer("PI_LOCK_DURATION_MS"),
         secret_resolve_timeout_ms=integer("PI_SECRET_RESOLVE_TIMEOUT_MS"),
         wait_check_timeout_ms=integer("PI_WAIT_CHECK_TIMEOUT_MS"),
         wait_interval_ms=max(WAIT_INTERVAL_FLOOR_MS, integer("PI_WAIT_INTERVAL_MS")),

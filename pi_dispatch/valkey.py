@@ -10,6 +10,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable
 from typing import Any, Final, TypeVar, overload
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.backoff import NoBackoff
@@ -78,3 +79,17 @@ def describe(error: BaseException) -> str:
     """A one-line reason for an I/O failure, never the request that caused it."""
     text = str(error).splitlines()[0] if str(error) else ""
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def with_password(url: str, password: str | None) -> str:
+    """The URL with the password set as its userinfo, for clients that only take a URL (BullMQ's).
+
+    A password already in the URL wins, as the reference has it. The result holds the secret: keep it in
+    memory, never log or print it.
+    """
+    parts = urlsplit(url)
+    if not password or parts.password or parts.scheme == "unix":
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{quote(user, safe='')}:{quote(password, safe='')}@{host}"))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from pi_dispatch.jscompat import date_parse
+from pi_dispatch.names import is_profile_name
 
 EXIT_GO: Final = 0
 EXIT_INFRA: Final = 1
@@ -96,3 +97,115 @@ def parse_after_instant(text: object) -> AfterInstant:
         return AfterInstant(None, "calendar")
     parsed = date_parse(text)
     return AfterInstant(int(parsed)) if math.isfinite(parsed) else AfterInstant(None, "shape")
+
+
+WAIT_CONDITION_MAX: Final = 4
+MIN_HOLD_DELAY_MS: Final = 1_000
+THROTTLE_FLOOR_MS: Final = 11_000
+AFTER_NEAR_MS: Final = 1_000
+
+
+@dataclass(frozen=True)
+class WaitConditions:
+    """A job's `waitFor`, read: the raw `after` text (if any) and the profiles in writing order."""
+
+    after: str | None
+    profiles: tuple[str, ...]
+
+
+def read_conditions(value: object) -> WaitConditions | None:
+    """The conditions, or None when this worker cannot read them (the job is then `wait-unreadable`)."""
+    if not isinstance(value, list) or not 1 <= len(value) <= WAIT_CONDITION_MAX:
+        return None
+    after: str | None = None
+    profiles: list[str] = []
+    for condition in value:
+        if not isinstance(condition, dict) or len(condition) != 1:
+            return None
+        ((key, item),) = condition.items()
+        if key == "after" and isinstance(item, str) and after is None:
+            after = item
+        elif key == "profile" and is_profile_name(item) and item not in profiles:
+            profiles.append(item)
+        else:
+            return None
+    return WaitConditions(after, tuple(profiles))
+
+
+@dataclass(frozen=True)
+class WaitBounds:
+    interval_ms: int
+    max_ms: int
+    max_checks: int
+    max_faults: int
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**53 else 0
+
+
+@dataclass(frozen=True)
+class HoldState:
+    """What a held job carries between checks, in its job data. The clock starts at the first hold."""
+
+    since_ms: int | None = None
+    checks: int = 0
+    faults: int = 0
+    checked: bool = False
+
+    @classmethod
+    def from_data(cls, value: object) -> HoldState:
+        """Read back tolerantly: anything unreadable counts as no hold so far."""
+        if not isinstance(value, dict):
+            return cls()
+        since = value.get("since")
+        return cls(
+            since_ms=since if isinstance(since, int) and not isinstance(since, bool) and since >= 0 else None,
+            checks=_count(value.get("checks")),
+            faults=_count(value.get("faults")),
+            checked=value.get("checked") is True,
+        )
+
+    def to_data(self) -> dict[str, object]:
+        return {"since": self.since_ms, "checks": self.checks, "faults": self.faults, "checked": self.checked}
+
+
+@dataclass(frozen=True)
+class HoldStep:
+    """After a check or a denied slot: hold again for delay_ms with the new state, or end with a reason."""
+
+    state: HoldState
+    delay_ms: int = 0
+    reason: str | None = None
+
+
+def _jittered(delay_ms: float, jitter: float) -> int:
+    """Up to +10% jitter, never subtracted; jitter is a draw from [0, 1)."""
+    return int(delay_ms + delay_ms * 0.1 * min(max(jitter, 0.0), 1.0))
+
+
+def after_check(state: HoldState, decision: WaitDecision, now_ms: int, bounds: WaitBounds, jitter: float) -> HoldStep:
+    """The step after a check that did not say go. The bounds are tested after the check, so it always runs."""
+    since = state.since_ms if state.since_ms is not None else now_ms
+    held = max(0, now_ms - since)
+    faults = state.faults + 1 if decision.fault else 0
+    following = HoldState(since, state.checks + 1, faults, checked=True)
+    if decision.verdict == "refuse":
+        return HoldStep(following, reason="wait-refused")
+    if faults >= bounds.max_faults:
+        return HoldStep(following, reason="wait-unanswerable")
+    if state.checks + 1 >= bounds.max_checks or held >= bounds.max_ms:
+        return HoldStep(following, reason="wait-expired")
+    delay = _jittered(wait_backoff_ms(bounds.interval_ms, held), jitter)
+    return HoldStep(following, max(MIN_HOLD_DELAY_MS, min(delay, bounds.max_ms - held)))
+
+
+def after_denied_slot(state: HoldState, now_ms: int, bounds: WaitBounds, jitter: float) -> HoldStep:
+    """No check slot was free: re-defer at a quarter of the cadence (11 s at least), no check counted."""
+    since = state.since_ms if state.since_ms is not None else now_ms
+    held = max(0, now_ms - since)
+    following = HoldState(since, state.checks, state.faults, state.checked)
+    if held >= bounds.max_ms:
+        return HoldStep(following, reason="wait-expired")
+    quarter = max(THROTTLE_FLOOR_MS, wait_backoff_ms(bounds.interval_ms, held) // 4)
+    return HoldStep(following, max(MIN_HOLD_DELAY_MS, min(_jittered(quarter, jitter), bounds.max_ms - held)))

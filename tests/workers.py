@@ -1,0 +1,145 @@
+"""Helpers for tests that run real workers: settings, workers in this process or as children, job polling."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pi_dispatch.containers import ContainerRuntime
+from pi_dispatch.events import Recorder
+from pi_dispatch.settings import HostFacts, WorkerSettings, load_settings
+from pi_dispatch.worker import Worker
+
+RESOLVER = """#!/bin/sh
+printf 'value-for-%s\\n' "$1"
+"""
+
+
+def write_script(path: Path, body: str) -> str:
+    path.write_text(body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def worker_env(tmp: Path, valkey_url: str, image: str, name: str | None, **extra: str) -> dict[str, str]:
+    """A worker's environment: its logs under tmp/<name>, fast locks, short drains; extra wins."""
+    env = {
+        "VALKEY_URL": valkey_url,
+        "PI_LOGS_DIR": str(tmp / (name or "unnamed") / "logs"),
+        "PI_JOBS_DIR": str(tmp / (name or "unnamed") / "jobs"),
+        "PI_JOB_IMAGE": image,
+        "PI_CONCURRENCY": "2",
+        "PI_LOCK_DURATION_MS": "2000",
+        "PI_DRAIN_GRACE_MS": "20000",
+        "PI_JOB_MEMORY_MB": "64",
+        "PI_JOB_CPUS": "0.5",
+    }
+    if name:
+        env["PI_WORKER_NAME"] = name
+    env.update(extra)
+    return env
+
+
+def settings_of(env: Mapping[str, str], hostname: str = "testhost") -> WorkerSettings:
+    return load_settings(environment=lambda: env, facts=HostFacts(hostname, None, os.geteuid()))
+
+
+@dataclass
+class RunningWorker:
+    worker: Worker
+    events: Recorder
+    stop: asyncio.Event
+    task: asyncio.Task[int]
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.worker.settings.logs_dir
+
+
+@contextlib.asynccontextmanager
+async def running_worker(settings: WorkerSettings, **options: Any) -> AsyncIterator[RunningWorker]:
+    """A worker in this process, stopped (drained) on exit."""
+    events = Recorder()
+    runtime = ContainerRuntime.connect(settings.worker_name, settings.concurrency, events)
+    worker = Worker(settings, runtime, events, **options)
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(worker.run(stop))
+    deadline = time.monotonic() + 30
+    while "worker_started" not in events.names():
+        if task.done():
+            task.result()
+        if time.monotonic() > deadline:
+            raise TimeoutError("the worker did not start")
+        await asyncio.sleep(0.05)
+    try:
+        yield RunningWorker(worker, events, stop, task)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 120)
+
+
+def start_worker_process(env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """`python -m pi_dispatch worker` as a child with exactly this environment (plus PATH and HOME)."""
+    child_env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **env}
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pi_dispatch", "worker"], env=child_env, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+async def wait_for_line(log: Path, needle: str, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while needle not in log.read_text(errors="replace"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{needle!r} not in the worker's log:\n{log.read_text(errors='replace')[-3000:]}")
+        await asyncio.sleep(0.2)
+
+
+async def finished_job(queue: Any, job_id: str, timeout_s: float = 90) -> Any:
+    """The job once it is completed or has failed for good."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = await queue.getJobState(job_id)
+        if state in ("completed", "failed"):
+            return await queue.getJob(job_id)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} is still {state}")
+        await asyncio.sleep(0.1)
+
+
+async def job_in_state(queue: Any, job_id: str, states: tuple[str, ...], timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    while (state := await queue.getJobState(job_id)) not in states:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} is {state}, not one of {states}")
+        await asyncio.sleep(0.1)
+    return str(state)
+
+
+def forge_job(number: int, **fields: Any) -> dict[str, Any]:
+    """A github forge job's data as the receiver enqueues it; trigger fields (demoExit, demoSleep) via trigger=."""
+    trigger = {
+        "deliveryId": f"d-{number}",
+        "matched": {"index": 0, "type": "label", "label": "pi"},
+        "sender": {"id": 1},
+    }
+    trigger.update(fields.pop("trigger", {}))
+    return {
+        "kind": "github",
+        "repo": "acme/app",
+        "target": {"type": "issue", "number": number, "title": "t", "body": "b"},
+        "flow": "triage",
+        "trigger": trigger,
+        "provider": "anthropic",
+        "model": "m",
+        "maxTurns": 5,
+        **fields,
+    }
