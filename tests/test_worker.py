@@ -17,9 +17,8 @@ import pytest
 import redis.asyncio as aioredis
 from bullmq import Queue
 
-from pi_dispatch.containers import LABEL_HOST, ContainerRuntime
+from pi_dispatch.containers import LABEL_HOST
 from pi_dispatch.enqueue import Enqueuer, ForgeRouter, registry_reader
-from pi_dispatch.events import Recorder
 from pi_dispatch.history import read_records
 from pi_dispatch.keys import HOST_LIVE, host_queue_name, host_row_key
 from pi_dispatch.mirror import read_mirrored_runs
@@ -282,21 +281,6 @@ def test_wait_target_is_the_id_only_label() -> None:
     )
     assert wait_target({"kind": "local", "folder": "/x"}) is None
     assert wait_target({**forge_job(7), "target": {"number": True}}) is None
-
-
-async def test_the_boot_reaper_removes_this_hosts_strays_only(docker_client: Any, job_image: str) -> None:
-    def stray(host: str) -> Any:
-        return docker_client.containers.create(job_image, labels={LABEL_HOST: host})
-
-    mine, theirs = stray("reaper-mine"), stray("reaper-theirs")
-    try:
-        runtime = ContainerRuntime.connect("reaper-mine", 1, Recorder())
-        assert await runtime.reap() == 1
-        runtime.close()
-        alive = {c.id for c in docker_client.containers.list(all=True, filters={"label": LABEL_HOST})}
-        assert mine.id not in alive and theirs.id in alive
-    finally:
-        theirs.remove(force=True)
 
 
 async def test_sigterm_drains_running_jobs_and_removes_the_row(

@@ -1,0 +1,22 @@
+"""The bounded Valkey helpers that need no server."""
+
+from __future__ import annotations
+
+import pytest
+
+from pi_dispatch.valkey import with_password
+
+
+@pytest.mark.parametrize(
+    ("url", "password", "expected"),
+    [
+        ("redis://store:6379/0", "s3cret", "redis://:s3cret@store:6379/0"),
+        ("rediss://pi@store:6380", "p@ss:w/rd", "rediss://pi:p%40ss%3Aw%2Frd@store:6380"),
+        ("redis://:inurl@store:6379", "other", "redis://:inurl@store:6379"),  # the URL's own password wins
+        ("redis://store:6379", None, "redis://store:6379"),
+        ("redis://store:6379", "", "redis://store:6379"),
+        ("unix:///run/valkey.sock", "s3cret", "unix:///run/valkey.sock"),
+    ],
+)
+def test_with_password(url: str, password: str | None, expected: str) -> None:
+    assert with_password(url, password) == expected
