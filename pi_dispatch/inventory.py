@@ -8,6 +8,7 @@ the Ansible role alike, so the two produce the same bytes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,6 +161,16 @@ _TYPES: Final[dict[str, type | tuple[type, ...]]] = {
     "drain_grace_ms": int,
     "job_cpus": (int, float),
     "capture_job_logs": bool,
+    # the Ansible role's own settings, which share the prefix but never reach the env file
+    "package": str,
+    "source": str,
+    "user": str,
+    "home": str,
+    "venv": str,
+    "env_file": str,
+    "install_docker": bool,
+    "docker_gid": (int, str),
+    "scripts": dict,
     "secret_profiles": dict,
     "wait_profiles": dict,
 }
@@ -200,6 +211,27 @@ def _shape_problems(host_vars: Mapping[str, Any], source: str) -> list[Problem]:
     return found
 
 
+_ROLE_USER: Final = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+
+
+def _role_problems(host_vars: Mapping[str, Any], source: str) -> list[Problem]:
+    """Paths that must be absolute, the role's user name and docker gid."""
+    found: list[Problem] = []
+    scripts = host_vars.get(f"{PREFIX}scripts") or {}
+    paths = [(f"{PREFIX}{key}", host_vars.get(PREFIX + key)) for key in ("triggers_file", "home", "venv", "env_file")]
+    paths += [(f"{PREFIX}scripts/{dest}", dest) for dest in scripts]
+    for variable, path in paths:
+        if isinstance(path, str) and not (path.startswith("/") and path.isprintable()):
+            found.append(Problem(variable, f"{path!r} is not an absolute path", source, "an absolute path"))
+    user = host_vars.get(f"{PREFIX}user")
+    if isinstance(user, str) and not _ROLE_USER.fullmatch(user):
+        found.append(Problem(f"{PREFIX}user", f"{user!r} is not a user name", source, "e.g. pi-dispatch"))
+    gid = host_vars.get(f"{PREFIX}docker_gid")
+    if (isinstance(gid, str) and gid != "") or (isinstance(gid, int) and not 1 <= gid <= 2**31 - 1):
+        found.append(Problem(f"{PREFIX}docker_gid", f"{gid!r} is not a gid", source, "a whole number, or empty"))
+    return found
+
+
 def check_host_vars(host_vars: Mapping[str, Any], source: str = "") -> list[Problem]:
     """The typed check of a host's declarations, independent of the schema: types, ranges, and the env it renders."""
     found = _shape_problems(host_vars, source)
@@ -215,11 +247,7 @@ def check_host_vars(host_vars: Mapping[str, Any], source: str = "") -> list[Prob
     for key in ("name", "logs_dir", "jobs_dir"):
         if host_vars.get(PREFIX + key) == "":
             found.append(Problem(PREFIX + key, "is empty", source, "give a value, or leave the variable out"))
-    triggers = host_vars.get(f"{PREFIX}triggers_file")
-    if isinstance(triggers, str) and not (triggers.startswith("/") and triggers.isprintable()):
-        found.append(
-            Problem(f"{PREFIX}triggers_file", f"{triggers!r} is not an absolute path", source, "an absolute path")
-        )
+    found += _role_problems(host_vars, source)
     for suffix in ("secret_profiles", "wait_profiles"):
         table = host_vars.get(PREFIX + suffix) or {}
         found += [

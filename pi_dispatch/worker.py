@@ -99,10 +99,14 @@ def wait_target(data: Mapping[str, Any]) -> str | None:
     return f"{repo}{target_separator(kind, target.get('type'))}{number}"
 
 
-def write_job_dir(jobs_dir: Path, job_id: str, data: Mapping[str, Any]) -> Path:
-    """A fresh folder holding the job's event (its trigger, verbatim) and its fields minus secrets and waits."""
-    jobs_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(dir=jobs_dir, prefix=f"{sanitize_job_id(job_id)}-", suffix=JOB_DIR_SUFFIX))
+def write_job_dir(jobs_dir: Path, worker: str, job_id: str, data: Mapping[str, Any]) -> Path:
+    """A fresh folder holding the job's event (its trigger, verbatim) and its fields minus secrets and waits.
+
+    Named `<worker>-<job>-<random>.job`, so a jobs dir shared by mistake never mixes two workers' folders.
+    """
+    jobs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    prefix = f"{worker}-{sanitize_job_id(job_id)}-"
+    folder = Path(tempfile.mkdtemp(dir=jobs_dir, prefix=prefix, suffix=JOB_DIR_SUFFIX))
     folder.chmod(0o755)  # the job image may read it as any user; it holds no secret
     trigger = data.get("trigger")
     event = js_json(trigger if isinstance(trigger, Mapping) else {})
@@ -113,12 +117,13 @@ def write_job_dir(jobs_dir: Path, job_id: str, data: Mapping[str, Any]) -> Path:
     return folder
 
 
-def clear_job_dirs(jobs_dir: Path) -> int:
-    """Remove the job folders a previous run of this worker left behind (ours only: by suffix)."""
+def clear_job_dirs(jobs_dir: Path, worker: str) -> int:
+    """Remove the job folders a previous run of this worker left behind: its own only, by name."""
     removed = 0
     with contextlib.suppress(OSError):
         for folder in jobs_dir.iterdir():
-            if folder.name.endswith(JOB_DIR_SUFFIX) and folder.is_dir() and not folder.is_symlink():
+            ours = folder.name.startswith(f"{worker}-") and folder.name.endswith(JOB_DIR_SUFFIX)
+            if ours and folder.is_dir() and not folder.is_symlink():
                 shutil.rmtree(folder, ignore_errors=True)
                 removed += 1
     return removed
@@ -186,7 +191,7 @@ class Worker:
         self.draining = asyncio.Event()
         self.aborting = asyncio.Event()
         reaped = await self.runtime.reap()
-        await asyncio.to_thread(clear_job_dirs, settings.jobs_dir)
+        await asyncio.to_thread(clear_job_dirs, settings.jobs_dir, self.name)
         digest = await self.runtime.image_id(settings.job_image)
         if digest is None:
             self.log("job_image_missing", {"image": settings.job_image})
@@ -384,7 +389,7 @@ class Worker:
         if not isinstance(image, str) or not IMAGE_REFERENCE.fullmatch(image):
             raise JobFailure("job-image-missing", retry=False)
         attempt = job.attemptsMade if isinstance(job.attemptsMade, int) else 0
-        job_dir = await asyncio.to_thread(write_job_dir, settings.jobs_dir, job_id, data)
+        job_dir = await asyncio.to_thread(write_job_dir, settings.jobs_dir, self.name, job_id, data)
         spec = ContainerSpec(
             job_id=job_id,
             attempt=attempt,

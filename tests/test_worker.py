@@ -398,3 +398,17 @@ def test_the_worker_never_logs_a_profile_path(tmp_path: Path) -> None:
     summary = json.dumps(settings_summary(settings_of(env)))
     assert str(tmp_path) not in summary and "prod" in summary and "ci" in summary
     assert os.sep + "r" not in summary
+
+
+def test_job_dirs_hold_the_event_and_no_secret_and_are_cleared_per_worker(tmp_path: Path) -> None:
+    from pi_dispatch.worker import clear_job_dirs, write_job_dir
+
+    job = forge_job(5, secretsProfile="prod", secrets={"TOKEN": "vault/ref"}, waitFor=[{"profile": "ci"}])
+    mine = write_job_dir(tmp_path, "mini1", "gh-5", job)
+    theirs = write_job_dir(tmp_path, "mini2", "gh-5", job)
+    assert json.loads((mine / "event.json").read_text()) == job["trigger"]
+    fields = json.loads((mine / "job.json").read_text())
+    assert fields["repo"] == "acme/app" and not {"secrets", "secretsProfile", "waitFor"} & set(fields)
+    assert "vault/ref" not in (mine / "job.json").read_text()
+    assert clear_job_dirs(tmp_path, "mini1") == 1
+    assert not mine.exists() and theirs.exists()

@@ -1,0 +1,32 @@
+"""The env file a host's worker gets, rendered by pi-dispatch itself on the controller.
+
+The role and `pi-dispatch config render` share one renderer, so the deployed file is byte-identical to
+what the CLI prints for the same host. The controller runs ansible-playbook from a Python that has
+pi-dispatch installed (the project's venv).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+
+def pi_dispatch_env_file(host_vars: dict[str, Any], host: str) -> str:
+    try:
+        from pi_dispatch.errors import ConfigError
+        from pi_dispatch.inventory import InventoryHost, render_host_env
+    except ImportError as error:
+        raise AnsibleFilterError(
+            "pi-dispatch is not importable on the controller: run ansible-playbook from its venv"
+        ) from error
+    declared = {key: value for key, value in host_vars.items() if key.startswith("pi_dispatch_worker_")}
+    try:
+        return render_host_env(InventoryHost(host, declared, "inventory"))
+    except ConfigError as error:
+        raise AnsibleFilterError(f"{host}: the inventory declares an invalid worker\n{error}") from error
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"pi_dispatch_env_file": pi_dispatch_env_file}
