@@ -171,6 +171,7 @@ _TYPES: Final[dict[str, type | tuple[type, ...]]] = {
     "install_docker": bool,
     "docker_gid": (int, str),
     "scripts": dict,
+    "scripts_dir": str,
     "secret_profiles": dict,
     "wait_profiles": dict,
 }

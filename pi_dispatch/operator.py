@@ -8,14 +8,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
 
 from pi_dispatch.audit import SEVERITIES, Report
+from pi_dispatch.errors import PiDispatchError
 from pi_dispatch.history import read_records
 from pi_dispatch.mirror import MirroredRuns, hosts_in, merge_runs, read_mirrored_runs
 from pi_dispatch.registry import LiveHosts, Unreachable, read_live_hosts
-from pi_dispatch.valkey import DEFAULT_VALKEY_URL, connect
+from pi_dispatch.valkey import DEFAULT_VALKEY_URL, connect, describe, with_password
 
 STYLE = {"error": "red", "warning": "yellow", "info": "green"}
 
@@ -50,11 +52,14 @@ def enqueue_job(url: str, kind: str, data: dict[str, Any]) -> tuple[str, str, st
 
     async def run(client: Any) -> tuple[str, str, str]:
         router = ForgeRouter(registry_reader(client))
-        enqueuer = Enqueuer(url, router)
+        enqueuer = Enqueuer(with_password(url, os.environ.get("VALKEY_PASSWORD")), router)
         try:
-            queue, job_id = await enqueuer.enqueue_forge_job(kind, data)
+            enqueued = await enqueuer.enqueue_forge_job(kind, data)
         finally:
             await enqueuer.close()
+        queue, job_id = enqueued.queue, enqueued.job_id
+        if enqueued.deduplicated:
+            return queue, job_id, f"a duplicate of {enqueued.kept} (same target and flow within 10 minutes): not added"
         snapshot = await read_live_hosts(client)
         hosts = snapshot.hosts if isinstance(snapshot, LiveHosts) else []
         explanation = explain_route(hosts, data, job_id)
@@ -70,6 +75,8 @@ def enqueue_job(url: str, kind: str, data: dict[str, Any]) -> tuple[str, str, st
         return asyncio.run(_with_client(url, run))  # type: ignore[no-any-return]
     except JobIdError as error:
         raise ConfigError([Problem("job", str(error), kind, "give the job data a trigger.deliveryId")]) from error
+    except (RedisError, OSError, TimeoutError) as error:
+        raise PiDispatchError(f"the job was not enqueued: Valkey said {describe(error)}") from error
 
 
 def print_report(console: Console, report: Report) -> None:

@@ -307,3 +307,25 @@ async def test_hosts_route_and_runs_commands(valkey_url: str, client: aioredis.R
     assert isinstance(live, LiveHosts)
     await mini1.close()
     await mini2.close()
+
+
+def test_the_example_triggers_exercise_every_trigger_outcome() -> None:
+    example = DATA.parent.parent / "inventory.example"
+    codes: set[str] = set()
+    for extra in ([], ["--simulate-down", "mini1"]):
+        result = run_cli(
+            "audit", "-i", str(example / "hosts.yml"), "--triggers", str(example / "triggers.json"), "--json", *extra
+        )
+        assert result.returncode == 1  # the example has error findings on purpose
+        codes |= {finding["code"] for finding in json.loads(result.stdout)["findings"]}
+    trigger_outcomes = {
+        "profile-undeclared",
+        "profile-hosts-down",
+        "profile-unroutable",
+        "needs-split",
+        "default-profile-missing",
+        "profile-single-host",
+        "profile-routed",
+        "profile-everywhere",
+    }
+    assert codes == trigger_outcomes  # and no host finding: the example inventory itself is clean

@@ -165,9 +165,10 @@ async def test_enqueue_routes_adds_with_reference_options_and_dedups(
         "trigger": {"deliveryId": "d-1", "matched": {"type": "label"}},
     }
     try:
-        assert await enqueuer.enqueue_forge_job("github", job) == ("pi-jobs@mini1", "gh-d-1")
+        assert await enqueuer.enqueue_forge_job("github", job) == ("pi-jobs@mini1", "gh-d-1", "gh-d-1")
         for index in range(2, 5):
-            await enqueuer.enqueue_forge_job("github", {**job, "trigger": {"deliveryId": f"d-{index}"}})
+            again = await enqueuer.enqueue_forge_job("github", {**job, "trigger": {"deliveryId": f"d-{index}"}})
+            assert again.deduplicated and again.kept == "gh-d-1" and again.job_id == f"gh-d-{index}"
         assert list(enqueuer.queues) == ["pi-jobs@mini1"]  # one pooled handle
         stored = await client.hgetall("bull:pi-jobs@mini1:gh-d-1")
         options = json.loads(stored[b"opts"])
@@ -182,7 +183,7 @@ async def test_enqueue_routes_adds_with_reference_options_and_dedups(
             "trigger": {"deliveryId": "d-9"},
             "target": {"type": "issue", "number": 8},
         }
-        assert await enqueuer.enqueue_forge_job("github", shared) == ("pi-jobs", "gh-d-9")
+        assert await enqueuer.enqueue_forge_job("github", shared) == ("pi-jobs", "gh-d-9", "gh-d-9")
     finally:
         await enqueuer.close()
 
@@ -226,6 +227,12 @@ async def test_enqueue_command(valkey_url: str, client: aioredis.Redis, tmp_path
     result = await asyncio.to_thread(run_cli, "enqueue", "--job", str(job), "--valkey-url", valkey_url)
     assert result.returncode == 0 and "enqueued gh-cli-1 on pi-jobs@mini1" in result.stdout
     assert await client.exists("bull:pi-jobs@mini1:gh-cli-1") == 1
+    again = json.loads(job.read_text())
+    job.write_text(json.dumps({**again, "trigger": {"deliveryId": "cli-2"}}))
+    duplicate = await asyncio.to_thread(run_cli, "enqueue", "--job", str(job), "--valkey-url", valkey_url)
+    assert (
+        duplicate.returncode == 0 and "a duplicate of gh-cli-1" in duplicate.stdout and "not added" in duplicate.stdout
+    )
     job.write_text(json.dumps({"flow": "x"}))
     refused = await asyncio.to_thread(run_cli, "enqueue", "--job", str(job), "--valkey-url", valkey_url)
     assert refused.returncode == 2 and "deliveryId" in refused.stderr
@@ -245,3 +252,23 @@ async def test_an_add_to_a_hung_server_stays_bounded(valkey_url: str, client: ai
     finally:
         await client.execute_command("CLIENT", "UNPAUSE")
         await enqueuer.close()
+
+
+async def test_enqueue_command_authenticates_with_valkey_password(
+    private_redis: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import run_cli
+
+    admin = aioredis.Redis.from_url(private_redis.url)
+    await admin.config_set("requirepass", "s3cret pass:/@")
+    await admin.aclose()
+    job = tmp_path / "job.json"
+    job.write_text(
+        json.dumps({"repo": "acme/web", "target": {"type": "issue", "number": 3}, "trigger": {"deliveryId": "pw-1"}})
+    )
+    refused = await asyncio.to_thread(run_cli, "enqueue", "--job", str(job), "--valkey-url", private_redis.url)
+    assert refused.returncode == 1 and "not enqueued" in refused.stderr and "Traceback" not in refused.stderr
+    monkeypatch.setenv("VALKEY_PASSWORD", "s3cret pass:/@")
+    result = await asyncio.to_thread(run_cli, "enqueue", "--job", str(job), "--valkey-url", private_redis.url)
+    assert result.returncode == 0 and "enqueued gh-pw-1 on pi-jobs" in result.stdout
+    assert "s3cret" not in result.stdout + result.stderr + refused.stdout + refused.stderr

@@ -176,3 +176,27 @@ async def test_the_timeout_bounds_the_whole_run(tmp_path: Path) -> None:
     with pytest.raises(InfraRetry):
         await resolve_reference(lingering, "ref", 1.0)
     assert time.monotonic() - started < 10  # 1 s bound plus TERM; not 2 x the bound and never the 30 s sleep
+
+
+EXAMPLE_FILES = Path(__file__).resolve().parent.parent / "inventory.example" / "files"
+
+
+async def test_the_example_resolver_follows_the_protocol(tmp_path: Path) -> None:
+    (tmp_path / "deploy-token").write_text("s3cret\n")
+    env = {"PATH": "/usr/bin:/bin", "PI_EXAMPLE_SECRETS_DIR": str(tmp_path)}
+    script = EXAMPLE_FILES / "resolve-example"
+    assert (await resolve_reference(script, "deploy-token", 10, env)).value == "s3cret"
+    for reference in ("missing", "../deploy-token", ".hidden", ""):
+        assert (await resolve_reference(script, reference, 10, env)).failure == "exit"
+
+
+async def test_the_example_check_goes_on_its_flag(tmp_path: Path) -> None:
+    check = tmp_path / "ci"
+    check.write_bytes((EXAMPLE_FILES / "check-flag").read_bytes())
+    check.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "PI_EXAMPLE_FLAGS_DIR": str(tmp_path)}
+    assert (await run_wait_check(check, "acme/app#7", 10, env)).verdict == "hold"
+    (tmp_path / "ci.green").touch()
+    assert (await run_wait_check(check, "acme/app#7", 10, env)).verdict == "go"
+    assert (await run_wait_check(check, "acme/app!7", 10, env)).verdict == "go"
+    assert (await run_wait_check(check, "not-a-target", 10, env)).verdict == "refuse"

@@ -118,3 +118,35 @@ def test_random_host_vars_render_and_parse_back_to_the_same_settings(declared: d
     assert loaded.capture_job_logs is declared.get(PREFIX + "capture_job_logs", False)
     password = declared.get(PREFIX + "valkey_password")
     assert (loaded.valkey_password.get_secret_value() if loaded.valkey_password else None) == password
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "inventory.example" / "hosts.yml"
+
+
+def _role_filter() -> Any:
+    import importlib.util
+
+    plugin = EXAMPLE.parent.parent / "ansible" / "roles" / "pi_dispatch_worker" / "filter_plugins" / "pi_dispatch.py"
+    spec = importlib.util.spec_from_file_location("pi_dispatch_role_filter", plugin)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()["pi_dispatch_env_file"]
+
+
+def test_every_example_host_is_valid_and_the_role_renders_what_config_render_prints() -> None:
+    hosts = load_inventory(EXAMPLE)
+    assert sorted(host.name for host in hosts) == ["mini1", "mini2", "mini3"]
+    render = _role_filter()
+    for host in hosts:
+        printed = run_cli("config", "render", "--host", host.name, "-i", str(EXAMPLE))
+        assert printed.returncode == 0, printed.stderr
+        assert render(host.vars, host.name) == printed.stdout
+    assert "PI_WORKER_NAME" not in printed.stdout  # mini3 declares no name
+
+
+def test_the_role_filter_refuses_an_invalid_host_with_the_validators_message() -> None:
+    from ansible.errors import AnsibleFilterError
+
+    with pytest.raises(AnsibleFilterError, match="pi_dispatch_worker_concurrency"):
+        _role_filter()({f"{PREFIX}concurrency": 0}, "mini9")

@@ -84,10 +84,10 @@ async def test_a_fleet_routes_by_capability_and_spreads_the_rest(
         placed: dict[str, str] = {}
         for number in range(1, 5):
             job = forge_job(number, secretsProfile="prod", secrets={"DEPLOY_TOKEN": f"ref-{number}"})
-            queue, job_id = await enqueuer.enqueue_forge_job("github", job)
+            queue, job_id, _ = await enqueuer.enqueue_forge_job("github", job)
             placed[job_id] = queue
         for number in range(10, 18):
-            queue, job_id = await enqueuer.enqueue_forge_job("github", forge_job(number, trigger={"demoSleep": 1}))
+            queue, job_id, _ = await enqueuer.enqueue_forge_job("github", forge_job(number, trigger={"demoSleep": 1}))
             placed[job_id] = queue
         await enqueuer.close()
         for job_id, queue in placed.items():
