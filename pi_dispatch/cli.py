@@ -30,11 +30,18 @@ def _root(version: Annotated[bool, typer.Option("--version", help="Print the ver
 
 
 @app.command()
-def demo() -> None:
-    """Start a private Valkey, publish a small fleet, and show where sample jobs go and why."""
+def demo(
+    inventory: Annotated[
+        Path | None, typer.Option("-i", "--inventory", help="The fleet to run (default: inventory.example).")
+    ] = None,
+    triggers: Annotated[
+        Path | None, typer.Option("--triggers", help="One job per trigger (default: triggers.json beside it).")
+    ] = None,
+) -> None:
+    """Run the example fleet here: a private Valkey, a worker per host, routed jobs, run history, audit."""
     from pi_dispatch import demo as demo_module
 
-    raise typer.Exit(demo_module.main(console))
+    raise typer.Exit(demo_module.main(console, inventory, triggers))
 
 
 @app.command()

@@ -27,6 +27,7 @@ from pi_dispatch.events import EventLog, discard
 LABEL_JOB: Final = "dev.pi-dispatch.job"
 LABEL_HOST: Final = "dev.pi-dispatch.host"
 LABEL_ATTEMPT: Final = "dev.pi-dispatch.attempt"
+LABEL_FLEET: Final = "dev.pi-dispatch.fleet"
 STOP_GRACE_S: Final = 10
 EXIT_COMPLETED: Final = 0
 EXIT_INFRA: Final = 1
@@ -75,6 +76,7 @@ class ContainerRuntime:
     client: Any
     host: str
     slots: int = 3
+    fleet: str = ""  # which fleet (Valkey) the host belongs to: a demo's workers never reap a real fleet's
     log: EventLog = discard
     _pool: ThreadPoolExecutor = field(init=False)
 
@@ -83,14 +85,14 @@ class ContainerRuntime:
         self._pool = ThreadPoolExecutor(max_workers=2 * self.slots + 4, thread_name_prefix="docker")
 
     @classmethod
-    def connect(cls, host: str, slots: int, log: EventLog = discard) -> ContainerRuntime:
+    def connect(cls, host: str, slots: int, log: EventLog = discard, fleet: str = "") -> ContainerRuntime:
         """A runtime on the daemon DOCKER_HOST names (the local socket by default). Raises DockerUnavailable."""
         try:
             client = docker.from_env()
             client.ping()
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
             raise DockerUnavailable(f"the Docker daemon is not reachable ({type(error).__name__})") from error
-        return cls(client, host, slots, log)
+        return cls(client, host, slots, fleet, log)
 
     async def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, partial(function, *args, **kwargs))
@@ -107,7 +109,9 @@ class ContainerRuntime:
         """Remove every container labelled as this host's, running or not; returns how many."""
         try:
             strays = await self._call(
-                self.client.containers.list, all=True, filters={"label": f"{LABEL_HOST}={self.host}"}
+                self.client.containers.list,
+                all=True,
+                filters={"label": [f"{LABEL_HOST}={self.host}", f"{LABEL_FLEET}={self.fleet}"]},
             )
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
             raise DockerUnavailable("the Docker daemon did not list containers") from error
@@ -130,7 +134,12 @@ class ContainerRuntime:
             # with no output to read back, the daemon removes the container as it exits: one call fewer
             auto_remove=not keep,
             environment=dict(spec.environment),
-            labels={LABEL_JOB: spec.job_id, LABEL_HOST: self.host, LABEL_ATTEMPT: str(spec.attempt)},
+            labels={
+                LABEL_JOB: spec.job_id,
+                LABEL_HOST: self.host,
+                LABEL_FLEET: self.fleet,
+                LABEL_ATTEMPT: str(spec.attempt),
+            },
             mem_limit=f"{spec.memory_mb}m",
             nano_cpus=round(spec.cpus * 1e9),
             pids_limit=PIDS_LIMIT,

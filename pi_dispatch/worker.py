@@ -46,7 +46,7 @@ from pi_dispatch.names import sanitize_job_id
 from pi_dispatch.records import FORGE_KINDS, build_record, target_separator
 from pi_dispatch.registry import HostRegistry
 from pi_dispatch.settings import WorkerSettings
-from pi_dispatch.valkey import bounded, connect, with_password
+from pi_dispatch.valkey import bounded, connect, fleet_id, with_password
 from pi_dispatch.waits import (
     AFTER_NEAR_MS,
     HoldState,
@@ -559,6 +559,8 @@ def settings_summary(settings: WorkerSettings) -> dict[str, object]:
 
 async def serve(settings: WorkerSettings, log: EventLog, stop: asyncio.Event) -> int:
     """Connect to Docker, run the worker until stop is set. Raises DockerUnavailable when Docker is not there."""
-    runtime = await asyncio.to_thread(ContainerRuntime.connect, settings.worker_name, settings.concurrency, log)
+    runtime = await asyncio.to_thread(
+        ContainerRuntime.connect, settings.worker_name, settings.concurrency, log, fleet_id(settings.valkey_url)
+    )
     log("worker_config", settings_summary(settings))
     return await Worker(settings, runtime, log).run(stop)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from pi_dispatch.containers import (
+    LABEL_FLEET,
     LABEL_HOST,
     LABEL_JOB,
     ContainerRuntime,
@@ -106,15 +107,17 @@ def test_an_unreachable_daemon_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_
 
 
 async def test_the_boot_reaper_removes_this_hosts_strays_only(docker_client: Any, job_image: str) -> None:
-    def stray(host: str) -> Any:
-        return docker_client.containers.create(job_image, labels={LABEL_HOST: host})
+    def stray(host: str, fleet: str) -> Any:
+        return docker_client.containers.create(job_image, labels={LABEL_HOST: host, LABEL_FLEET: fleet})
 
-    mine, theirs = stray("reaper-mine"), stray("reaper-theirs")
+    mine = stray("reaper-mine", "fleet-a")
+    others = [stray("reaper-theirs", "fleet-a"), stray("reaper-mine", "fleet-b")]  # another host; another fleet
     try:
-        runtime = ContainerRuntime.connect("reaper-mine", 1, Recorder())
+        runtime = ContainerRuntime.connect("reaper-mine", 1, Recorder(), fleet="fleet-a")
         assert await runtime.reap() == 1
         runtime.close()
         alive = {c.id for c in docker_client.containers.list(all=True, filters={"label": LABEL_HOST})}
-        assert mine.id not in alive and theirs.id in alive
+        assert mine.id not in alive and all(other.id in alive for other in others)
     finally:
-        theirs.remove(force=True)
+        for other in others:
+            other.remove(force=True)

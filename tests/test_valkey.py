@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pi_dispatch.valkey import with_password
+from pi_dispatch.valkey import fleet_id, with_password
 
 
 @pytest.mark.parametrize(
@@ -20,3 +20,9 @@ from pi_dispatch.valkey import with_password
 )
 def test_with_password(url: str, password: str | None, expected: str) -> None:
     assert with_password(url, password) == expected
+
+
+def test_fleet_id_names_the_store_and_never_the_password() -> None:
+    plain = fleet_id("redis://store:6379/0")
+    assert fleet_id("redis://:s3cret@store:6379/0") == plain
+    assert fleet_id("redis://store:6379/1") != plain and len(plain) == 12

@@ -16,6 +16,7 @@ from typing import Any
 from pi_dispatch.containers import ContainerRuntime
 from pi_dispatch.events import Recorder
 from pi_dispatch.settings import HostFacts, WorkerSettings, load_settings
+from pi_dispatch.valkey import fleet_id
 from pi_dispatch.worker import Worker
 
 RESOLVER = """#!/bin/sh
@@ -68,7 +69,9 @@ class RunningWorker:
 async def running_worker(settings: WorkerSettings, **options: Any) -> AsyncIterator[RunningWorker]:
     """A worker in this process, stopped (drained) on exit."""
     events = Recorder()
-    runtime = ContainerRuntime.connect(settings.worker_name, settings.concurrency, events)
+    runtime = ContainerRuntime.connect(
+        settings.worker_name, settings.concurrency, events, fleet_id(settings.valkey_url)
+    )
     worker = Worker(settings, runtime, events, **options)
     stop = asyncio.Event()
     task = asyncio.ensure_future(worker.run(stop))
