@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import os
 import signal
 import socket
 import threading
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,10 @@ async def test_a_fleet_routes_by_capability_and_spreads_the_rest(
     async with running_worker(mini1) as w1, running_worker(mini2) as w2, running_worker(mini3) as w3:
         row = await client.hgetall(host_row_key("mini1"))
         assert row[b"caps"] == b"s:prod,w:ci" and row[b"routes"] == b"true"
+        assert row[b"image"] == job_image.encode() and row[b"imageDigest"].startswith(b"sha256:")
+        assert row[b"concurrency"] == b"2" and row[b"pid"] == str(os.getpid()).encode()
+        assert {b"version", b"tz", b"startedAt", b"beatAt", b"name"} <= set(row)
+        assert not [value for value in row.values() if value.startswith(b"/")]  # names, never paths
         assert (await client.hgetall(host_row_key("mini3")))[b"routes"] == b"false"
         enqueuer = Enqueuer(valkey_url, ForgeRouter(registry_reader(client)))
         placed: dict[str, str] = {}
@@ -412,3 +418,20 @@ def test_job_dirs_hold_the_event_and_no_secret_and_are_cleared_per_worker(tmp_pa
     assert "vault/ref" not in (mine / "job.json").read_text()
     assert clear_job_dirs(tmp_path, "mini1") == 1
     assert not mine.exists() and theirs.exists()
+
+
+async def test_concurrency_bounds_the_machine_across_both_queues(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
+) -> None:
+    env = worker_env(tmp_path, valkey_url, job_image, "mini1", PI_CONCURRENCY="1")
+    async with running_worker(settings_of(env)) as w:
+        jobs = [("pi-jobs", "gh-shared"), ("pi-jobs@mini1", "gh-own"), ("pi-jobs", "gh-shared-2")]
+        for number, (queue, job_id) in enumerate(jobs):
+            await queues[queue].add("github", forge_job(number, trigger={"demoSleep": 1}), {"jobId": job_id})
+        for queue, job_id in jobs:
+            await finished_job(queues[queue], job_id)
+    # each container sleeps 1 s: one at a time, their ends are at least a second apart
+    ends = sorted(datetime.fromisoformat(record["endedAt"]) for record in read_records(w.logs_dir))
+    assert len(ends) == 3
+    assert all((later - earlier).total_seconds() >= 1.0 for earlier, later in itertools.pairwise(ends)), ends
+    assert not list(w.logs_dir.glob("*.log"))  # raw output is kept only with PI_CAPTURE_JOB_LOGS=1
