@@ -94,9 +94,15 @@ def node_mirror(tmp_path_factory: pytest.TempPathFactory, seed_diff: Path) -> tu
 
 
 def run_node(node_mirror: tuple[str, Path, Path], url: str, mode: str, payload: dict[str, Any]) -> Any:
+    """The seed's run-mirror.mjs in `mode` (write or read) on the Valkey at url."""
     node, harness, module = node_mirror
+    return run_script(node, harness, module, url, mode, payload)
+
+
+def run_script(node: str, script: Path, module: Path, url: str, mode: str, payload: dict[str, Any]) -> Any:
+    """A node script given a seed module, a Valkey URL and a mode; the payload on stdin, JSON on stdout."""
     done = subprocess.run(
-        [node, str(harness), module.as_uri(), url, mode],
+        [node, str(script), module.as_uri(), url, mode],
         input=json.dumps(payload),
         capture_output=True,
         text=True,
@@ -161,17 +167,9 @@ async def test_both_writers_store_the_same_bytes_and_score(
 
 
 def run_node_fleet(node_mirror: tuple[str, Path, Path], url: str, mode: str, payload: dict[str, Any]) -> Any:
+    """The Node receiver's side (fleet.mjs) with the seed's capabilities.mjs: `enqueue` or `route`."""
     node, harness, _ = node_mirror
-    capabilities = harness.parent / "capabilities.mjs"
-    done = subprocess.run(
-        [node, str(harness.parent / "fleet.mjs"), capabilities.as_uri(), url, mode],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return json.loads(done.stdout)
+    return run_script(node, harness.parent / "fleet.mjs", harness.parent / "capabilities.mjs", url, mode, payload)
 
 
 async def test_a_node_producer_and_reader_share_a_fleet_with_a_python_worker(
