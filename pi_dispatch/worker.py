@@ -177,7 +177,7 @@ class Worker:
             self.settings.wait_max_checks,
             self.settings.wait_max_faults,
         )
-        self.running: dict[str, str] = {}  # job id -> queue, while its container runs
+        self.running: dict[str, str] = {}  # job id -> image, while its container runs
         self.bullmq_workers: list[Any] = []
 
     # -- lifecycle ----------------------------------------------------------------------------------
