@@ -435,3 +435,12 @@ async def test_concurrency_bounds_the_machine_across_both_queues(
     assert len(ends) == 3
     assert all((later - earlier).total_seconds() >= 1.0 for earlier, later in itertools.pairwise(ends)), ends
     assert not list(w.logs_dir.glob("*.log"))  # raw output is kept only with PI_CAPTURE_JOB_LOGS=1
+
+
+def test_without_docker_the_worker_exits_1_so_systemd_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    env_file = tmp_path / "worker.env"
+    env_file.write_text(f"PI_WORKER_NAME=mini1\nPI_LOGS_DIR={tmp_path}/logs\n")
+    result = run_cli("worker", "--env-file", str(env_file))
+    assert result.returncode == 1
+    assert "Docker daemon is not reachable" in result.stderr and "Traceback" not in result.stderr
