@@ -149,7 +149,7 @@ class ContainerRuntime:
         )
 
     async def run(self, spec: ContainerSpec, *, capture: bool, abort: asyncio.Event) -> ContainerEnd:
-        """Create, fill, start and wait for the job's container, then remove it.
+        """Create, start and wait for the job's container, then remove it.
 
         The timeout and an abort (the worker draining) both stop the container: SIGTERM, then SIGKILL
         after STOP_GRACE_S. Raises ImageMissing, or DockerUnavailable for a daemon failure.
@@ -184,6 +184,8 @@ class ContainerRuntime:
             await self._call(container.start)
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
             raise DockerUnavailable(f"the container could not be started ({type(error).__name__})") from error
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         waiting = asyncio.ensure_future(self._call(container.wait, timeout=spec.timeout_s))
         aborting = asyncio.ensure_future(abort.wait())
         try:
@@ -196,8 +198,11 @@ class ContainerRuntime:
             await self._stop(container)
         try:
             status = await waiting
-        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout):
-            # the SDK reports a read timeout on the wait as a connection error
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as error:
+            # The SDK reports a read timeout on the wait as a connection error; a daemon that went away
+            # before the timeout is an infra failure, not the job's.
+            if loop.time() - started < spec.timeout_s * 0.9:
+                raise DockerUnavailable(f"the container's end was not seen ({type(error).__name__})") from error
             timed_out = not aborted
             await self._stop(container)
             status = await self._final_status(container)
