@@ -133,6 +133,9 @@ class ContainerRuntime:
             spec.image,
             # with no output to read back, the daemon removes the container as it exits: one call fewer
             auto_remove=not keep,
+            # a real PID 1 forwards the stop signal to the job and reaps its zombies, so a stop takes effect
+            # at once instead of after STOP_GRACE_S
+            init=True,
             environment=dict(spec.environment),
             labels={
                 LABEL_JOB: spec.job_id,

@@ -91,6 +91,7 @@ async def test_labels_name_the_job_and_this_host(
     assert found[0].attrs["HostConfig"]["NanoCpus"] == 500_000_000
     assert "no-new-privileges" in found[0].attrs["HostConfig"]["SecurityOpt"]
     assert not found[0].attrs["HostConfig"]["Privileged"]
+    assert found[0].attrs["HostConfig"]["Init"] is True  # the stop signal reaches the job at once
     await running
 
 

@@ -293,7 +293,7 @@ async def test_sigterm_drains_running_jobs_and_removes_the_row(
     tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
 ) -> None:
     log = tmp_path / "worker.log"
-    env = worker_env(tmp_path, valkey_url, job_image, "drainer", PI_DRAIN_GRACE_MS="3000")
+    env = worker_env(tmp_path, valkey_url, job_image, "drainer", PI_DRAIN_GRACE_MS="8000")
     child = start_worker_process(env, log)
     try:
         await wait_for_line(log, "worker_started")
