@@ -12,26 +12,33 @@ import difflib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from pi_dispatch.capabilities import job_needs
+from pi_dispatch.capabilities import CAP_SECRET, job_needs
 from pi_dispatch.drift import live_findings
-from pi_dispatch.findings import CODES, SEVERITIES, Finding, FleetHost, Report, Severity
-from pi_dispatch.inventory import PREFIX, InventoryHost, host_problems
+from pi_dispatch.findings import CODES, SEVERITIES, Finding, Report, Severity
+from pi_dispatch.fleet import FleetHost
+from pi_dispatch.hostvars import PREFIX, InventoryHost, host_problems
+from pi_dispatch.profiles import DEFAULT_SECRET_PROFILE
+from pi_dispatch.reasons import Reason
 from pi_dispatch.triggers import Trigger
 
-__all__ = ["CODES", "SEVERITIES", "Finding", "FleetHost", "Report", "Severity", "audit"]
+__all__ = ["CODES", "SEVERITIES", "Finding", "Report", "Severity", "audit"]
+
+# A job binding secrets without naming a profile uses this one, and is never routed for it.
+DEFAULT_SECRET_TOKEN = f"{CAP_SECRET}:{DEFAULT_SECRET_PROFILE}"
 
 
 def _need_label(need: str) -> str:
     kind, _, name = need.partition(":")
-    return f"{'secret' if kind == 's' else 'wait'} profile {name!r}"
+    return f"{'secret' if kind == CAP_SECRET else 'wait'} profile {name!r}"
 
 
 def _variable(need: str) -> str:
-    return f"{PREFIX}{'secret' if need.startswith('s:') else 'wait'}_profiles"
+    return f"{PREFIX}{'secret' if need.startswith(f'{CAP_SECRET}:') else 'wait'}_profiles"
 
 
-def _refusal(need: str) -> str:
-    return "secret-profile-unknown" if need.startswith("s:") else "wait-profile-unknown"
+def _refusal(need: str) -> Reason:
+    """What a host that pops a job with this need, and lacks it, refuses the job as."""
+    return Reason.SECRET_PROFILE_UNKNOWN if need.startswith(f"{CAP_SECRET}:") else Reason.WAIT_PROFILE_UNKNOWN
 
 
 def _close_names(need: str, declared: Iterable[str]) -> str:
@@ -150,7 +157,7 @@ def _placement_findings(
             for code, message, fix, hosts, profile in placement.classify(needs):
                 findings.append(Finding(code, trigger.label, message, fix, hosts, profile, trigger.label))
         elif trigger.run.get("secrets") and not trigger.run.get("secretsProfile"):
-            lacking = tuple(host.name for host in up if "s:default" not in host.tokens)
+            lacking = tuple(host.name for host in up if DEFAULT_SECRET_TOKEN not in host.tokens)
             if lacking:
                 findings.append(
                     Finding(
@@ -160,7 +167,7 @@ def _placement_findings(
                         f"routed; {', '.join(lacking)} lack it and refuse its deliveries",
                         "declare a `default` secret profile on every host, or set run.secretsProfile",
                         lacking,
-                        "s:default",
+                        DEFAULT_SECRET_TOKEN,
                         trigger.label,
                     )
                 )
@@ -211,9 +218,9 @@ def _config_findings(hosts: Sequence[InventoryHost], fleet: Sequence[FleetHost])
         if len(variants) > 1
     ]
     findings += _shared_value_findings(
-        fleet, "logs_dir", "logs-dir-shared", "give each host its own logs_dir (or share on purpose)"
+        hosts, "logs_dir", "logs-dir-shared", "give each host its own logs_dir (or share on purpose)"
     )
-    zones = {str(host.vars.get(PREFIX + "tz")) for host in fleet if host.vars.get(PREFIX + "tz")}
+    zones = {str(host.declared("tz")) for host in hosts if host.declared("tz")}
     if len(zones) > 1:
         findings.append(
             Finding(
@@ -223,10 +230,10 @@ def _config_findings(hosts: Sequence[InventoryHost], fleet: Sequence[FleetHost])
     return findings
 
 
-def _shared_value_findings(fleet: Sequence[FleetHost], suffix: str, code: str, fix: str) -> list[Finding]:
+def _shared_value_findings(hosts: Sequence[InventoryHost], suffix: str, code: str, fix: str) -> list[Finding]:
     by_value: dict[str, list[str]] = defaultdict(list)
-    for host in fleet:
-        value = host.vars.get(PREFIX + suffix)
+    for host in hosts:
+        value = host.declared(suffix)
         if isinstance(value, str) and value:
             by_value[value].append(host.name)
     return [
@@ -245,7 +252,7 @@ def audit(
     simulate_down: Iterable[str] = (),
 ) -> Report:
     """The whole audit. live_rows None means --live was not asked for (or the registry was unreachable)."""
-    fleet = [FleetHost.of(host) for host in hosts]
+    fleet = [FleetHost.of_inventory(host) for host in hosts]
     down = set(simulate_down)
     findings = _config_findings(hosts, fleet)
     liveness: dict[str, str] = {}

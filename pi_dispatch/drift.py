@@ -6,8 +6,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from pi_dispatch.capabilities import ROUTE_FRESH_MS, parse_caps
-from pi_dispatch.findings import Finding, FleetHost
+from pi_dispatch.capabilities import ROUTE_FRESH_MS
+from pi_dispatch.findings import Finding
+from pi_dispatch.fleet import FleetHost
 
 DOCTOR_STALE_MS: Final = 300_000
 
@@ -53,7 +54,8 @@ def live_findings(
                     (host.name,),
                 )
             )
-        published = frozenset(parse_caps(row.get("caps")))
+        seen = FleetHost.of_row(row)
+        published = seen.tokens
         if published != host.tokens:
             missing, extra = sorted(host.tokens - published), sorted(published - host.tokens)
             detail = "; ".join(
@@ -73,7 +75,7 @@ def live_findings(
                     (host.name,),
                 )
             )
-        if (row.get("routes") == "true") is not host.declared:
+        if seen.declared is not host.declared:
             findings.append(
                 Finding(
                     "routes-drift",
@@ -106,7 +108,7 @@ def live_findings(
                 (name,),
             )
             for name, row in sorted(live.items())
-            if row.get("routes") != "true"
+            if not FleetHost.of_row(row).declared
         ]
     for key, code, fix in (
         ("tz", "tz-mismatch", "set the same TZ on every host"),

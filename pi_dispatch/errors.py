@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
+
+
+class ExitStatus(IntEnum):
+    """What every command exits with: systemd restarts on FAILURE and not on CONFIG (RestartPreventExitStatus=2)."""
+
+    OK = 0
+    FAILURE = 1  # findings, or a runtime failure worth another try
+    CONFIG = 2  # usage or configuration: nothing changes until an operator does
 
 
 class PiDispatchError(Exception):
     """Base of every error this package raises on purpose."""
+
+    exit_code: int = ExitStatus.FAILURE
 
 
 @dataclass(frozen=True)
@@ -30,7 +41,7 @@ class Problem:
 class ConfigError(PiDispatchError):
     """Configuration that cannot be served. Carries every problem found, not just the first; exit 2."""
 
-    exit_code = 2
+    exit_code = ExitStatus.CONFIG
 
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = list(problems)

@@ -1,14 +1,9 @@
-"""What the audit reports: finding codes with their severities, a finding, a report, a host as placement sees it."""
+"""What the audit reports: finding codes with their severities, a finding, a report."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal
-
-from pi_dispatch.capabilities import capability_tokens
-from pi_dispatch.inventory import InventoryHost
-from pi_dispatch.names import sanitize_worker_name
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: Final[tuple[Severity, ...]] = ("error", "warning", "info")
@@ -90,20 +85,3 @@ class Report:
             "summary": {severity: self.count(severity) for severity in SEVERITIES},
             "findings": [finding.as_json() for finding in self.findings],
         }
-
-
-@dataclass(frozen=True)
-class FleetHost:
-    """An inventory host as placement sees it."""
-
-    name: str
-    worker_name: str
-    declared: bool
-    tokens: frozenset[str]
-    vars: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, host: InventoryHost) -> FleetHost:
-        tokens = frozenset(capability_tokens(host.secret_profiles, host.wait_profiles))
-        worker = host.worker_name or sanitize_worker_name(host.name)
-        return cls(host.name, worker, host.worker_name is not None, tokens, host.vars)

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Final, Literal
 
 from pi_dispatch.errors import PiDispatchError
+from pi_dispatch.profiles import DEFAULT_SECRET_PROFILE
+from pi_dispatch.reasons import ExitCode, Outcome, Reason, job_result
 from pi_dispatch.waits import WaitDecision, decide_wait
 
 MAX_SECRET_BYTES: Final = 65_536
 KILL_GRACE_S: Final = 2.0
-DEFAULT_PROFILE: Final = "default"
 ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 SecretFailure = Literal["exit", "empty", "nul", "overflow"]
@@ -34,7 +35,7 @@ SecretFailure = Literal["exit", "empty", "nul", "overflow"]
 class InfraRetry(PiDispatchError):
     """A failure worth another attempt (BullMQ retries it); carries a fixed reason, never output."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: Reason) -> None:
         self.reason = reason
         super().__init__(reason)
 
@@ -43,18 +44,11 @@ class InfraRetry(PiDispatchError):
 class Refusal:
     """A pre-spend refusal: returned, recorded, never retried."""
 
-    reason: str
+    reason: Reason
     profile: str | None = None
 
     def result(self) -> dict[str, object]:
-        return {
-            "outcome": "policy",
-            "reason": self.reason,
-            "exitCode": None,
-            "turns": None,
-            "tokens": None,
-            "budgetReserved": False,
-        }
+        return job_result(Outcome.POLICY, self.reason)
 
 
 def usable_script(path: str) -> Path | None:
@@ -160,7 +154,7 @@ async def resolve_reference(
     try:
         process = await _spawn(script, reference, env)
     except OSError as error:
-        raise InfraRetry("secret-resolver-unreachable") from error
+        raise InfraRetry(Reason.SECRET_RESOLVER_UNREACHABLE) from error
     assert process.stdout is not None and process.stderr is not None
     stderr = asyncio.ensure_future(_count(process.stderr))
     loop = asyncio.get_running_loop()
@@ -173,16 +167,16 @@ async def resolve_reference(
         code = await _exit_code(process, max(0.0, deadline - loop.time()))
     except TimeoutError as error:
         await _stop(process)
-        raise InfraRetry("secret-resolver-unreachable") from error
+        raise InfraRetry(Reason.SECRET_RESOLVER_UNREACHABLE) from error
     finally:
         if not stderr.done():
             stderr.cancel()
         _release(process)
     stderr_bytes = _counted(stderr)
-    if code == 2:
+    if code == ExitCode.POLICY:
         return Resolved(None, "exit", stderr_bytes)
-    if code != 0:
-        raise InfraRetry("secret-resolver-unreachable")
+    if code != ExitCode.OK:
+        raise InfraRetry(Reason.SECRET_RESOLVER_UNREACHABLE)
     text = output.decode("utf-8", "replace")
     if text.endswith("\r\n"):
         text = text[:-2]
@@ -212,7 +206,7 @@ class SecretsGate:
         bound = secrets if isinstance(secrets, Mapping) else {}
         if not (isinstance(profile, str) and profile) and not bound:
             return None
-        return (profile if isinstance(profile, str) and profile else DEFAULT_PROFILE), bound
+        return (profile if isinstance(profile, str) and profile else DEFAULT_SECRET_PROFILE), bound
 
     def refusal(self, job: Mapping[str, object]) -> Refusal | None:
         """The table lookups that refuse a job before anything runs: an undeclared profile, a reserved name."""
@@ -222,12 +216,12 @@ class SecretsGate:
         name, bound = binding
         declared = self.profiles.get(name)
         if declared is None or usable_script(declared) is None:
-            return Refusal("secret-profile-unknown", name)
+            return Refusal(Reason.SECRET_PROFILE_UNKNOWN, name)
         if any(
             not isinstance(variable, str) or not ENV_NAME.fullmatch(variable) or variable in self.reserved
             for variable in bound
         ):
-            return Refusal("secret-name-reserved", name)
+            return Refusal(Reason.SECRET_NAME_RESERVED, name)
         return None
 
     async def resolve(self, job: Mapping[str, object]) -> dict[str, str] | Refusal:
@@ -240,16 +234,16 @@ class SecretsGate:
         name, bound = binding
         script = usable_script(self.profiles[name])
         if script is None:  # removed since the lookup
-            return Refusal("secret-profile-unknown", name)
+            return Refusal(Reason.SECRET_PROFILE_UNKNOWN, name)
         values: dict[str, str] = {}
         by_reference: dict[str, str] = {}
         for variable, reference in bound.items():
             if not isinstance(reference, str):
-                return Refusal("secret-unresolved", name)
+                return Refusal(Reason.SECRET_UNRESOLVED, name)
             if reference not in by_reference:
                 answer = await resolve_reference(script, reference, self.timeout_s, self.env)
                 if answer.value is None:
-                    return Refusal("secret-unresolved", name)
+                    return Refusal(Reason.SECRET_UNRESOLVED, name)
                 by_reference[reference] = answer.value
             values[str(variable)] = by_reference[reference]
         return values

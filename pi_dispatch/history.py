@@ -14,12 +14,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from pi_dispatch.clock import wall_ms
+from pi_dispatch.clock import DAY_MS, wall_ms
 from pi_dispatch.events import EventLog, discard
 from pi_dispatch.jscompat import js_json, js_json_parse
 from pi_dispatch.names import sanitize_job_id
 
-DAY_MS = 86_400_000
 # Temporary files end in neither .json nor .log, so the reaper and readers never take them for records.
 _TEMP_SUFFIX = ".partial"
 

@@ -1,4 +1,5 @@
-"""Forge job identity: the delivery job id routing hashes, the semantic dedup id, the job options.
+"""Jobs: the kinds, the delivery job id routing hashes, the semantic dedup id, the options, and what the worker
+reads of a queued job.
 
 Pure. Names and formats are the reference's, so a Node receiver and this one dedup the same delivery
 to the same job and route it to the same host.
@@ -6,14 +7,18 @@ to the same job and route it to the same host.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Awaitable, Mapping
+from typing import Any, Final, Protocol
 
 from pi_dispatch.errors import PiDispatchError
 from pi_dispatch.jscompat import get, js_string, nullish
-from pi_dispatch.records import target_separator
 
 FORGE_PREFIX: Final = {"github": "gh-", "gitlab": "gl-", "forgejo": "fj-", "azure": "az-"}
+FORGE_KINDS: Final = frozenset(FORGE_PREFIX)
+LOCAL_KIND: Final = "local"  # a cron job run on the host that scheduled it
+JOB_KINDS: Final = FORGE_KINDS | {LOCAL_KIND}
+# What a trigger fires on (`on.type`), as its jobs' records name it (`triggerType`).
+TRIGGER_TYPES: Final = frozenset({"cron", "label", "comment", "pull_request", "issue"})
 DELIVERY_HEADER: Final = {
     "github": "X-GitHub-Delivery GUID",
     "gitlab": "X-Gitlab-Event-UUID",
@@ -28,6 +33,11 @@ FORGE_JOB_OPTIONS: Final[Mapping[str, Any]] = {
     "removeOnComplete": {"age": RETENTION_S},
     "removeOnFail": {"age": RETENTION_S},
 }
+
+
+def target_separator(kind: object, target_type: object) -> str:
+    """`#` for issues everywhere and pull requests on GitHub and Forgejo; `!` for GitLab and Azure PRs."""
+    return "!" if target_type == "pull_request" and kind in ("gitlab", "azure") else "#"
 
 
 class JobIdError(PiDispatchError):
@@ -72,3 +82,17 @@ def semantic_dedup_id(kind: str, job: Mapping[str, Any]) -> str:
     )
     replica = get(job, "replica")
     return f"{dedup}:r{replica}" if _positive_int(replica) else dedup
+
+
+class QueuedJob(Protocol):
+    """What the worker reads and does of a BullMQ job. Its data is untrusted: each use checks what it reads."""
+
+    id: str | None
+    name: str
+    data: Any
+    opts: dict[str, Any]
+    attemptsMade: int
+
+    def moveToDelayed(self, timestamp: int, token: str | None = None) -> Awaitable[Any]: ...
+
+    def updateData(self, data: Any) -> Awaitable[Any]: ...

@@ -11,8 +11,11 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Final
+
+from pi_dispatch.clock import DAY_MS
 
 
 class _Missing:
@@ -194,7 +197,6 @@ _ISO: Final = re.compile(
     r"(?P<zone>[Zz]|[+-]\d{2}:\d{2})?)?"
 )
 _MAX_TIME_MS: Final = 8.64e15
-_DAY_MS: Final = 86_400_000
 
 
 def _days_from_civil(year: int, month: int, day: int) -> int:
@@ -240,7 +242,7 @@ def date_parse(value: object) -> float:
             return math.nan
         offset_ms = (zone_hours * 60 + zone_minutes) * 60_000 * (1 if zone[0] == "+" else -1)
     days = _days_from_civil(year, month, day)
-    time_ms = days * _DAY_MS + ((hour * 60 + minute) * 60 + second) * 1000 + millis - offset_ms
+    time_ms = days * DAY_MS + ((hour * 60 + minute) * 60 + second) * 1000 + millis - offset_ms
     if abs(time_ms) > _MAX_TIME_MS:
         return math.nan
     return float(time_ms)
@@ -286,3 +288,8 @@ def js_json_parse(text: str | bytes) -> object:
     if isinstance(text, bytes):
         text = text.decode("utf-8")
     return json.loads(text, parse_constant=_reject_constant)
+
+
+def iso_string(epoch_ms: int) -> str:
+    """`new Date(epoch_ms).toISOString()`: UTC, milliseconds, a `Z`."""
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

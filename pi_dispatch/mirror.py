@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from pi_dispatch.clock import wall_ms
+from pi_dispatch.clock import DAY_MS, wall_ms
 from pi_dispatch.events import EventLog, discard
 from pi_dispatch.jscompat import (
     MISSING,
@@ -50,7 +50,6 @@ __all__ = [
 MIRROR_MAX_DAYS: Final = 92
 # The window alone does not bound memory on a busy fleet; this caps the index at what a panel shows.
 RUNS_INDEX_MAX: Final = 5_000
-DAY_MS: Final = 86_400_000
 
 
 def mirror_window_ms(retention_days: object) -> float:

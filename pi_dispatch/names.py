@@ -1,4 +1,4 @@
-"""The name charsets the fleet agrees on: worker names, profile names and job-id filenames.
+"""The name charsets the fleet agrees on: worker names, profile names, image references and job-id filenames.
 
 One source of truth for each pattern. Every pattern is used with `fullmatch`, because Python's `$`
 also matches before a trailing newline and JavaScript's does not.
@@ -13,7 +13,10 @@ from pi_dispatch.jscompat import js_string, nullish
 
 WORKER_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 PROFILE_NAME_RE: Final = re.compile(r"[A-Za-z0-9._-]+")
-RESERVED_TAIL_RE: Final = re.compile(r"\.(json|log)\Z", re.IGNORECASE)
+# A worker name may not end so: the log reaper deletes such files in PI_LOGS_DIR, where names become files.
+RESERVED_TAIL_RE: Final = re.compile(r"\.(?:[Jj][Ss][Oo][Nn]|[Ll][Oo][Gg])\Z")
+# A container image reference as Docker takes it (name, tag, digest), 255 characters at most.
+IMAGE_REFERENCE_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
 FALLBACK_WORKER_NAME: Final = "worker"
 UNKNOWN_JOB: Final = "unknown-job"
 

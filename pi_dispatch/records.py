@@ -12,36 +12,12 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from pi_dispatch.jobs import FORGE_KINDS, LOCAL_KIND, TRIGGER_TYPES, target_separator
 from pi_dispatch.jscompat import MISSING, get, js_string, nullish
-from pi_dispatch.waits import WAIT_REASONS
+from pi_dispatch.reasons import REASONS
 
-FORGE_KINDS: Final = frozenset({"github", "gitlab", "forgejo", "azure"})
-SECRET_REASONS: Final = (
-    "secret-profile-unknown",
-    "secret-profile-ambiguous",
-    "secret-name-reserved",
-    "secret-unresolved",
-    "secret-resolver-unreachable",
-)
-
-# Fixed reasons a run can end with. Anything else is recorded as UNRECOGNIZED_REASON rather than
-# copied, because a reason string that is not ours could carry text from a job's payload.
-KNOWN_REASONS: Final = frozenset(
-    {
-        *SECRET_REASONS,
-        *WAIT_REASONS,
-        "worker-abort",
-        "over-budget",
-        "unprotected-branch",
-        "runner-policy",
-        "job-image-missing",
-        "egress-proxy-missing",
-        "job-timeout",
-        "container-failed",
-        "container-policy",
-        "infra",
-    }
-)
+# A reason that is not one of ours is recorded as this rather than copied, because it could carry text
+# from a job's payload.
 UNRECOGNIZED_REASON: Final = "unrecognized"
 
 _USAGE_ID: Final = re.compile(r"[a-z0-9][a-z0-9._:/-]{0,63}")
@@ -61,11 +37,6 @@ _USAGE_COUNTERS: Final = (
 _TOKEN_COUNTERS: Final = ("input", "output", "total", "cost")
 
 
-def target_separator(kind: object, target_type: object) -> str:
-    """`#` for issues everywhere and pull requests on GitHub and Forgejo; `!` for GitLab and Azure PRs."""
-    return "!" if target_type == "pull_request" and kind in ("gitlab", "azure") else "#"
-
-
 def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -75,7 +46,7 @@ def _integer(value: object) -> bool:
 
 
 def _target(kind: object, data: Mapping[str, Any]) -> str | None:
-    if kind == "local":
+    if kind == LOCAL_KIND:
         folder = data.get("folder")
         return "local:" + posixpath.basename(js_string(folder).rstrip("/")) if not nullish(folder) else "local:"
     if kind in FORGE_KINDS:
@@ -140,7 +111,7 @@ def _session(value: object) -> dict[str, Any] | None:
 def _reason(value: object) -> str | None:
     if nullish(value):
         return None
-    return value if isinstance(value, str) and value in KNOWN_REASONS else UNRECOGNIZED_REASON
+    return value if isinstance(value, str) and value in REASONS else UNRECOGNIZED_REASON
 
 
 def _int_or_none(value: object) -> int | None:
@@ -192,7 +163,7 @@ def build_record(
         "replica": _int_or_none(job_data.get("replica")),
         "replicas": _int_or_none(job_data.get("replicas")),
         "triggerIndex": _int_or_none(get(matched, "index")),
-        "triggerType": trigger_type if trigger_type in ("cron", "label", "comment", "pull_request", "issue") else None,
+        "triggerType": trigger_type if trigger_type in TRIGGER_TYPES else None,
         "session": _session(source.get("session")),
         "host": host,
     }

@@ -1,156 +1,315 @@
-"""The worker's configuration: raw strings validated against worker-env.schema.json, then typed.
+"""The worker's settings, each declared once: variable, host variable, kind, bounds, default, description, fix.
 
-Values come from the process environment (read by pydantic-settings) or, for `config check
---env-file`, from one env file alone, so a check sees exactly what systemd would give the worker. The
-schema is applied first; the typed parse below checks every value again on its own, so the two can be
-tested against each other. Every problem is reported at once, each naming its variable, its source and
-its fix. Secrets are `SecretStr` and never printed.
+`WorkerSettings` is the one declaration. The JSON Schemas of the env file and of the inventory's host
+variables are generated from it (`pi-dispatch config schema`), the inventory renders env files through it,
+and the docs' settings table is checked against it. Values come from the process environment, or for
+`--env-file` from that file alone, read as systemd reads it (a settings source); machine-derived
+defaults (the name from the hostname, the folders under $HOME) are a source of their own. `load_settings`
+reads the raw values once, validates them against the published schema and through the model, and
+reports every problem at once, each naming its variable, its source and its fix. Secrets are
+`SecretStr` and never printed.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import socket
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, create_model
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
+from pi_dispatch.clock import DAY_MS
 from pi_dispatch.envfile import read_env_file
 from pi_dispatch.errors import ConfigError, Problem
-from pi_dispatch.names import sanitize_worker_name, worker_name_problem
-from pi_dispatch.profiles import ProfileKind, parse_profiles
-from pi_dispatch.schemas import MAX_PROFILES, load_schema, problems
+from pi_dispatch.names import sanitize_worker_name
+from pi_dispatch.schemas import problems
+from pi_dispatch.setting_types import (
+    X_FIX,
+    X_HOST_VAR,
+    Cpus,
+    Flag,
+    HostDir,
+    ImageReference,
+    Password,
+    SecretProfiles,
+    ValkeyUrl,
+    WaitProfiles,
+    Whole,
+    WholeMs,
+    WorkerName,
+    Zone,
+    field_problems,
+    form_of,
+)
+from pi_dispatch.valkey import DEFAULT_VALKEY_URL
+from pi_dispatch.waits import WAIT_INTERVAL_FLOOR_MS
 
 ENVIRONMENT: Final = "environment"
 DEFAULT: Final = "default"
-WAIT_INTERVAL_FLOOR_MS: Final = 30_000
-_POSITIVE: Final = re.compile(r"[ \t]*([1-9][0-9]{0,14})[ \t]*")
-_NON_NEGATIVE: Final = re.compile(r"[ \t]*(0|[1-9][0-9]{0,14})[ \t]*")
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
-_URL: Final = re.compile(r"(?:redis|rediss|unix)://[^\x00-\x20\x7f]+")
-_ABSOLUTE: Final = re.compile(r"(?:|/[^\x00-\x1f\x7f]*)")
-_IMAGE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*")
-_ZONE: Final = re.compile(r"(?:|:?[A-Za-z0-9_+./-]+)")
-POSITIVE_INTS: Final = (
-    "PI_CONCURRENCY",
-    "PI_SECRET_RESOLVE_TIMEOUT_MS",
-    "PI_WAIT_CHECK_TIMEOUT_MS",
-    "PI_WAIT_INTERVAL_MS",
-    "PI_WAIT_MAX_MS",
-    "PI_WAIT_AFTER_MAX_MS",
-    "PI_WAIT_CHECK_SLOTS",
-    "PI_WAIT_MAX_CHECKS",
-    "PI_WAIT_MAX_FAULTS",
-    "PI_JOB_TIMEOUT_MS",
-    "PI_JOB_MEMORY_MB",
-    "PI_DRAIN_GRACE_MS",
-    "PI_LOCK_DURATION_MS",
-)
-_CPUS: Final = re.compile(r"[ \t]*([1-9][0-9]{0,3}(?:\.[0-9]{1,2})?|0\.(?:[1-9][0-9]?|0[1-9]))[ \t]*")
+HOST_VAR_PREFIX: Final = "pi_dispatch_worker_"
+# The env-file grammar allowed 15 digits before any bound was declared; a setting with no natural limit keeps that.
+WHOLE_MAX: Final = 999_999_999_999_999
 
 
-SETTING_OF: Final = {
-    "PI_WORKER_NAME": "worker_name",
-    "PI_SECRET_PROFILES": "secret_profiles",
-    "PI_WAIT_PROFILES": "wait_profiles",
-    "VALKEY_URL": "valkey_url",
-    "VALKEY_PASSWORD": "valkey_password",
-    "PI_CONCURRENCY": "concurrency",
-    "PI_LOGS_DIR": "logs_dir",
-    "PI_JOBS_DIR": "jobs_dir",
-    "PI_LOG_RETENTION_DAYS": "log_retention_days",
-    "PI_CAPTURE_JOB_LOGS": "capture_job_logs",
-    "PI_JOB_IMAGE": "job_image",
-    "PI_JOB_TIMEOUT_MS": "job_timeout_ms",
-    "PI_JOB_MEMORY_MB": "job_memory_mb",
-    "PI_JOB_CPUS": "job_cpus",
-    "PI_DRAIN_GRACE_MS": "drain_grace_ms",
-    "PI_LOCK_DURATION_MS": "lock_duration_ms",
-    "PI_SECRET_RESOLVE_TIMEOUT_MS": "secret_resolve_timeout_ms",
-    "PI_WAIT_CHECK_TIMEOUT_MS": "wait_check_timeout_ms",
-    "PI_WAIT_INTERVAL_MS": "wait_interval_ms",
-    "PI_WAIT_MAX_MS": "wait_max_ms",
-    "PI_WAIT_AFTER_MAX_MS": "wait_after_max_ms",
-    "PI_WAIT_CHECK_SLOTS": "wait_check_slots",
-    "PI_WAIT_MAX_CHECKS": "wait_max_checks",
-    "PI_WAIT_MAX_FAULTS": "wait_max_faults",
-    "TZ": "tz",
-}
+def setting(
+    variable: str, default: Any, description: str, fix: str = "", *, host_var: str | None = None, **bounds: Any
+) -> Any:
+    """One setting's declaration: its env variable, default, description, fix, bounds; host var when not derived."""
+    facts: dict[str, Any] = {X_FIX: fix} | ({X_HOST_VAR: host_var} if host_var else {})
+    return Field(default, validation_alias=variable, description=description, json_schema_extra=facts, **bounds)
+
+
+MS = "a whole number of milliseconds"
+
+
+class WorkerSettings(BaseSettings):
+    """The typed configuration a worker runs with, in the order the env file lists it."""
+
+    model_config = SettingsConfigDict(frozen=True, case_sensitive=True, extra="ignore")
+
+    worker_name: WorkerName = setting(
+        "PI_WORKER_NAME",
+        "",
+        "This host's worker name. Empty or unset: not declared (a name is derived from the hostname, "
+        "routes=false, no host queue, no run mirror).",
+        "1-64 letters, digits, dot, dash or underscore, starting with a letter or digit, not ending in .json "
+        "or .log; or leave it empty to use a name derived from the hostname",
+        host_var="name",
+    )
+    secret_profiles: SecretProfiles = setting(
+        "PI_SECRET_PROFILES",
+        {},
+        "Secret profiles this host serves: name:/absolute/path/to/resolver, comma separated.",
+        "write name:/absolute/path entries separated by commas; names use letters, digits, dot, dash and "
+        "underscore; each name once",
+    )
+    wait_profiles: WaitProfiles = setting(
+        "PI_WAIT_PROFILES",
+        {},
+        "Wait profiles this host serves: name:/absolute/path/to/check, comma separated.",
+        "write name:/absolute/path entries separated by commas; names use letters, digits, dot, dash and "
+        "underscore; each name once",
+    )
+    valkey_url: ValkeyUrl = setting(
+        "VALKEY_URL",
+        DEFAULT_VALKEY_URL,
+        "The shared Valkey: redis:// (plain), rediss:// (TLS) or unix:// (socket); /N selects the database.",
+        "a URL such as redis://store.lan:6379/0, rediss://store.lan:6380 or unix:///run/valkey/valkey.sock",
+    )
+    valkey_password: Password = setting(
+        "VALKEY_PASSWORD",
+        None,
+        "Valkey password, kept out of the URL (keep it in a vault). A password inside the URL wins.",
+        "one line, no control characters",
+    )
+    concurrency: Whole = setting(
+        "PI_CONCURRENCY",
+        3,
+        "Containers this machine runs at once, across both queues it drains.",
+        "a whole number from 1 to 999, digits only",
+        ge=1,
+        le=999,
+    )
+    logs_dir: HostDir = setting(
+        "PI_LOGS_DIR",
+        None,
+        "Where run records (<id>.json) and captured logs (<id>.log) live; per host, never shared with other "
+        "logs. Empty: ~/.pi-dispatch/logs.",
+        "an absolute path such as /var/lib/pi-dispatch/logs",
+    )
+    jobs_dir: HostDir = setting(
+        "PI_JOBS_DIR",
+        None,
+        "Where each running job's folder (event.json, job.json) lives while its container reads it at /job; "
+        "per host, and a path the Docker daemon sees (not under a PrivateTmp /tmp). Empty: ~/.pi-dispatch/jobs.",
+        "an absolute path such as /var/lib/pi-dispatch/jobs",
+    )
+    log_retention_days: Whole = setting(
+        "PI_LOG_RETENTION_DAYS",
+        30,
+        "Days to keep run records and logs; 0 keeps them forever. Also bounds the fleet mirror (at most 92 days).",
+        "a whole number of days from 0 to 36500; 0 keeps forever",
+        ge=0,
+        le=36_500,
+    )
+    capture_job_logs: Flag = setting(
+        "PI_CAPTURE_JOB_LOGS",
+        False,
+        "1 writes each job's raw container output to <id>.log (it can hold issue and comment text).",
+        "1 to capture, 0 or empty not to (the reference reads anything but 1 as off, so 'true' would "
+        "silently mean off); true or false in the inventory",
+    )
+    job_image: ImageReference = setting(
+        "PI_JOB_IMAGE",
+        "pi-job:latest",
+        "The job image a job runs in unless it names its own.",
+        "an image reference such as pi-job:latest",
+    )
+    job_timeout_ms: WholeMs = setting(
+        "PI_JOB_TIMEOUT_MS",
+        3_600_000,
+        "Longest a job's container may run; then it is stopped and the run ends as job-timeout (not retried).",
+        f"{MS} from 1 to 604800000 (7 days)",
+        ge=1,
+        le=604_800_000,
+    )
+    job_memory_mb: Whole = setting(
+        "PI_JOB_MEMORY_MB",
+        4096,
+        "Memory limit of each job container, in MiB.",
+        "a whole number of MiB from 6 to 1048576",
+        ge=6,
+        le=1_048_576,
+    )
+    job_cpus: Cpus = setting(
+        "PI_JOB_CPUS",
+        2.0,
+        "CPU limit of each job container, in CPUs (0.01 to 9999.99).",
+        "a number of CPUs such as 1, 1.5 or 0.25, from 0.01 to 9999.99",
+        ge=0.01,
+        le=9999.99,
+    )
+    drain_grace_ms: WholeMs = setting(
+        "PI_DRAIN_GRACE_MS",
+        20_000,
+        "On SIGTERM, how long running containers may finish before they are stopped and their jobs put back "
+        "on the queue. Keep the unit's stop timeout longer.",
+        f"{MS} from 1 to 3600000",
+        ge=1,
+        le=3_600_000,
+    )
+    lock_duration_ms: WholeMs = setting(
+        "PI_LOCK_DURATION_MS",
+        30_000,
+        "BullMQ job lock; a job whose worker died is taken up again within about twice this.",
+        f"{MS}, 1 or more",
+        ge=1,
+        le=WHOLE_MAX,
+    )
+    secret_resolve_timeout_ms: WholeMs = setting(
+        "PI_SECRET_RESOLVE_TIMEOUT_MS",
+        10_000,
+        "Per-reference secret resolver timeout.",
+        f"{MS}, 1 or more",
+        ge=1,
+        le=WHOLE_MAX,
+    )
+    wait_check_timeout_ms: WholeMs = setting(
+        "PI_WAIT_CHECK_TIMEOUT_MS", 10_000, "Per-check wait-profile timeout.", f"{MS}, 1 or more", ge=1, le=WHOLE_MAX
+    )
+    wait_interval_ms: WholeMs = setting(
+        "PI_WAIT_INTERVAL_MS",
+        60_000,
+        f"Base re-check cadence of a held job; raised to at least {WAIT_INTERVAL_FLOOR_MS}.",
+        f"{MS}, 1 or more",
+        ge=1,
+        le=WHOLE_MAX,
+    )
+    wait_max_ms: WholeMs = setting(
+        "PI_WAIT_MAX_MS",
+        DAY_MS,
+        "Longest a job may be held by its wait profiles.",
+        f"{MS}, 1 or more",
+        ge=1,
+        le=WHOLE_MAX,
+    )
+    wait_after_max_ms: WholeMs = setting(
+        "PI_WAIT_AFTER_MAX_MS",
+        30 * DAY_MS,
+        "Furthest in the future an `after` instant may be.",
+        f"{MS}, 1 or more",
+        ge=1,
+        le=WHOLE_MAX,
+    )
+    wait_check_slots: Whole = setting(
+        "PI_WAIT_CHECK_SLOTS",
+        1,
+        "Concurrent wait checks; fleet-wide once a name is declared.",
+        "a whole number, 1 or more",
+        ge=1,
+        le=WHOLE_MAX,
+    )
+    wait_max_checks: Whole = setting(
+        "PI_WAIT_MAX_CHECKS",
+        96,
+        "Checks per held job before wait-expired.",
+        "a whole number, 1 or more",
+        ge=1,
+        le=WHOLE_MAX,
+    )
+    wait_max_faults: Whole = setting(
+        "PI_WAIT_MAX_FAULTS",
+        5,
+        "Consecutive check faults before wait-unanswerable.",
+        "a whole number, 1 or more",
+        ge=1,
+        le=WHOLE_MAX,
+    )
+    tz: Zone = setting(
+        "TZ",
+        None,
+        "The host's IANA zone. Cron patterns resolve in it: set the same TZ on every host.",
+        "an IANA zone name such as UTC or Europe/Amsterdam",
+    )
+
+    _declared_name: bool = PrivateAttr(False)
+    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @field_validator("wait_interval_ms")
+    @classmethod
+    def _at_least_the_floor(cls, value: int) -> int:
+        return max(WAIT_INTERVAL_FLOOR_MS, value)
+
+    @property
+    def worker_name_declared(self) -> bool:
+        """Whether PI_WORKER_NAME was set: only then does the host drain a queue of its own and mirror runs."""
+        return self._declared_name
+
+    @property
+    def sources(self) -> dict[str, str]:
+        """Where each setting came from: the env file, the environment, or `default`."""
+        return dict(self._sources)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Values passed in; then the env file when one is given (alone, as systemd gives it), else the
+        environment; then the machine's defaults. `load_settings` hands over the values it already read."""
+        reading = _reading.get()
+        if reading is None:
+            env_file = getattr(dotenv_settings, "env_file", None)
+            raw = read_raw(Path(str(env_file)) if isinstance(env_file, str | Path) else None)
+            reading = _Reading(raw, HostFacts.of_this_machine())
+        return init_settings, reading.raw, MachineDefaults(settings_cls, reading.facts)
+
+
+def fields_by_variable() -> dict[str, tuple[str, FieldInfo]]:
+    """Every setting by its env variable, in declaration order: (field name, field)."""
+    return {str(info.validation_alias): (name, info) for name, info in WorkerSettings.model_fields.items()}
 
 
 def variables() -> tuple[str, ...]:
-    """Every variable the worker reads, in the schema's order."""
-    return tuple(load_schema("worker-env")["properties"])
-
-
-def schema_default(variable: str) -> str:
-    return str(load_schema("worker-env")["properties"][variable].get("default", ""))
-
-
-def _process_environment_model() -> type[BaseSettings]:
-    """A settings class with one optional string field per variable, read by pydantic-settings' env source."""
-    fields: dict[str, Any] = {
-        variable.lower(): (str | None, Field(default=None, validation_alias=variable)) for variable in variables()
-    }
-    model: type[BaseSettings] = create_model(
-        "ProcessEnvironment",
-        __base__=BaseSettings,
-        __config__=None,
-        **fields,
-    )
-    model.model_config = SettingsConfigDict(case_sensitive=True, extra="ignore", env_parse_none_str=None)
-    return model
-
-
-def read_process_environment() -> dict[str, str]:
-    """The worker's variables that are set in the process environment, as raw strings."""
-    read = _process_environment_model()()
-    return {variable: value for variable in variables() if (value := getattr(read, variable.lower())) is not None}
-
-
-class WorkerSettings(BaseModel):
-    """The typed configuration a worker runs with."""
-
-    model_config = ConfigDict(frozen=True)
-
-    worker_name: str
-    worker_name_declared: bool
-    secret_profiles: dict[str, str]
-    wait_profiles: dict[str, str]
-    valkey_url: str
-    valkey_password: SecretStr | None
-    concurrency: int
-    logs_dir: Path
-    jobs_dir: Path
-    log_retention_days: int
-    capture_job_logs: bool
-    job_image: str
-    job_timeout_ms: int
-    job_memory_mb: int
-    job_cpus: float
-    drain_grace_ms: int
-    lock_duration_ms: int
-    secret_resolve_timeout_ms: int
-    wait_check_timeout_ms: int
-    wait_interval_ms: int
-    wait_max_ms: int
-    wait_after_max_ms: int
-    wait_check_slots: int
-    wait_max_checks: int
-    wait_max_faults: int
-    tz: str | None
-    sources: dict[str, str]
+    """Every variable the worker reads, in the order the env file lists them."""
+    return tuple(fields_by_variable())
 
 
 @dataclass(frozen=True)
 class HostFacts:
-    """What the settings need to know about the machine, passed in so parsing stays testable."""
+    """What the settings need to know about the machine, passed in so loading stays testable."""
 
     hostname: str
     home: Path | None
@@ -162,7 +321,7 @@ class HostFacts:
         return cls(socket.gethostname(), Path(home) if home else None, os.geteuid())
 
     def default_dir(self, name: str) -> Path:
-        if self.home is not None:
+        if self.home is not None and self.home.is_absolute():
             return self.home / ".pi-dispatch" / name
         return Path(tempfile.gettempdir()) / f"pi-dispatch-{self.euid}" / name
 
@@ -170,102 +329,96 @@ class HostFacts:
         return self.default_dir("logs")
 
 
-# variable -> (pattern its whole value must match, what is wrong, the fix); checked without the schema
-_SHAPES: Final[dict[str, tuple[re.Pattern[str], str, str]]] = {
-    **dict.fromkeys(
-        POSITIVE_INTS, (_POSITIVE, "is not a whole number of 1 or more", "digits only, no units, no leading zero")
-    ),
-    "PI_LOG_RETENTION_DAYS": (_NON_NEGATIVE, "is not a whole number of days", "0 keeps forever"),
-    "VALKEY_URL": (_URL, "is not a redis://, rediss:// or unix:// URL", "e.g. redis://store.lan:6379/0"),
-    "PI_LOGS_DIR": (_ABSOLUTE, "is not an absolute path", "e.g. /var/lib/pi-dispatch/logs"),
-    "PI_JOBS_DIR": (_ABSOLUTE, "is not an absolute path", "e.g. /var/lib/pi-dispatch/jobs"),
-    "PI_CAPTURE_JOB_LOGS": (re.compile(r"[01]?"), "is neither 1 nor 0", "1 to capture, 0 or empty not to"),
-    "PI_JOB_IMAGE": (_IMAGE, "is not an image reference", "e.g. pi-job:latest"),
-    "PI_JOB_CPUS": (_CPUS, "is not a number of CPUs from 0.01 to 9999.99", "e.g. 1, 1.5 or 0.25"),
-    "TZ": (_ZONE, "is not a zone name", "an IANA zone such as UTC or Europe/Amsterdam"),
-}
+class RawValues(PydanticBaseSettingsSource):
+    """The worker's variables as the strings one place holds them; a blank that means "the default" is left out."""
+
+    def __init__(self, settings_cls: type[BaseSettings], values: Mapping[str, str], label: str) -> None:
+        super().__init__(settings_cls)
+        known = fields_by_variable()
+        self.label = label
+        self.values = {name: value for name, value in values.items() if name in known}
+        self.problems: list[Problem] = []
+        blank_default = {name for name, (_, info) in known.items() if form_of(info).blank_is_default}
+        self._given = {name: value for name, value in self.values.items() if value or name not in blank_default}
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._given.get(str(field.validation_alias)), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._given)
 
 
-def _check(raw: Mapping[str, str], source: str) -> list[Problem]:
-    """Every value checked on its own terms, independently of the schema."""
-    found: list[Problem] = []
-    name = raw.get("PI_WORKER_NAME", "")
-    if name and (problem := worker_name_problem(name)):
-        fix = "rename it, or leave it empty to use a name derived from the hostname"
-        found.append(Problem("PI_WORKER_NAME", f"{name!r} {problem}", source, fix))
-    found += _profile_problems(raw.get("PI_SECRET_PROFILES"), "secret", source)
-    found += _profile_problems(raw.get("PI_WAIT_PROFILES"), "wait", source)
-    if _CONTROL.search(raw.get("VALKEY_PASSWORD", "")):
-        found.append(Problem("VALKEY_PASSWORD", "holds a control character", source, "one line, no control characters"))
-    for variable, (shape, wrong, fix) in _SHAPES.items():
-        if variable in raw and not shape.fullmatch(raw[variable]):
-            found.append(Problem(variable, f"{raw[variable]!r} {wrong}", source, fix))
-    return found
+class MachineDefaults(PydanticBaseSettingsSource):
+    """The defaults that depend on the machine: the worker name from the hostname, the folders under $HOME."""
+
+    def __init__(self, settings_cls: type[BaseSettings], facts: HostFacts) -> None:
+        super().__init__(settings_cls)
+        self.values = {
+            "PI_WORKER_NAME": sanitize_worker_name(facts.hostname),
+            "PI_LOGS_DIR": str(facts.default_dir("logs")),
+            "PI_JOBS_DIR": str(facts.default_dir("jobs")),
+        }
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self.values.get(str(field.validation_alias)), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self.values)
 
 
-def _profile_problems(raw: str | None, kind: ProfileKind, source: str) -> list[Problem]:
-    variable = "PI_SECRET_PROFILES" if kind == "secret" else "PI_WAIT_PROFILES"
-    if raw is not None and _CONTROL.search(raw.replace("\t", " ")):
-        return [Problem(variable, "holds a control character", source, "keep the value on one line")]
-    parsed = parse_profiles(raw, kind, source)
-    if len(parsed.table) > MAX_PROFILES:
-        return [
-            Problem(variable, f"declares {len(parsed.table)} profiles; at most {MAX_PROFILES}", source, "declare fewer")
-        ]
-    return parsed.problems
+def read_raw(env_file: Path | None, environment: Mapping[str, str] | None = None) -> RawValues:
+    """The raw values of one load: the env file alone, else the given mapping, else the process environment."""
+    if env_file is not None:
+        parsed = read_env_file(env_file)
+        raw = RawValues(WorkerSettings, parsed.values, parsed.source)
+        raw.problems = list(parsed.problems)
+        return raw
+    if environment is None:
+        environment = EnvSettingsSource(WorkerSettings, case_sensitive=True)()
+    return RawValues(WorkerSettings, environment, ENVIRONMENT)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    raw: RawValues
+    facts: HostFacts
+
+
+# pydantic-settings builds its sources in a classmethod and takes no per-call context, so the values a load
+# has already read (and the machine's facts) reach `settings_customise_sources` through this variable.
+_reading: ContextVar[_Reading | None] = ContextVar("pi_dispatch_settings_reading", default=None)
+
+
+@contextmanager
+def _handed_over(reading: _Reading) -> Iterator[None]:
+    token = _reading.set(reading)
+    try:
+        yield
+    finally:
+        _reading.reset(token)
+
+
+def _validated(raw: RawValues, facts: HostFacts) -> tuple[WorkerSettings | None, list[Problem]]:
+    """The settings the raw values make, or the model's problems with them."""
+    try:
+        with _handed_over(_Reading(raw, facts)):
+            settings = WorkerSettings()
+    except ValidationError as error:
+        return None, field_problems(error, WorkerSettings, raw.values, raw.label)
+    settings._declared_name = bool(raw.values.get("PI_WORKER_NAME"))
+    settings._sources = {
+        name: raw.label if variable in raw.values else DEFAULT for variable, (name, _) in fields_by_variable().items()
+    }
+    return settings, []
 
 
 def check_worker_env(raw: Mapping[str, str], source: str = ENVIRONMENT) -> list[Problem]:
-    """The typed parse's own verdict on raw values, without the schema (for agreement tests)."""
-    return _check(raw, source)
-
-
-def parse_worker_env(raw: Mapping[str, str], source: str, facts: HostFacts) -> WorkerSettings:
-    """Typed settings from raw values that passed validation."""
-
-    def value(variable: str) -> str:
-        return raw[variable] if variable in raw else schema_default(variable)
-
-    def integer(variable: str) -> int:
-        return int(value(variable).strip(" \t"))
-
-    name = raw.get("PI_WORKER_NAME", "")
-    password = raw.get("VALKEY_PASSWORD")
-    logs = raw.get("PI_LOGS_DIR", "")
-    jobs = raw.get("PI_JOBS_DIR", "")
-    return WorkerSettings(
-        worker_name=name or sanitize_worker_name(facts.hostname),
-        worker_name_declared=bool(name),
-        secret_profiles=parse_profiles(raw.get("PI_SECRET_PROFILES"), "secret", source).table,
-        wait_profiles=parse_profiles(raw.get("PI_WAIT_PROFILES"), "wait", source).table,
-        valkey_url=value("VALKEY_URL"),
-        valkey_password=SecretStr(password) if password else None,
-        concurrency=integer("PI_CONCURRENCY"),
-        logs_dir=Path(logs) if logs else facts.default_logs_dir(),
-        jobs_dir=Path(jobs) if jobs else facts.default_dir("jobs"),
-        log_retention_days=integer("PI_LOG_RETENTION_DAYS"),
-        capture_job_logs=raw.get("PI_CAPTURE_JOB_LOGS") == "1",
-        job_image=value("PI_JOB_IMAGE"),
-        job_timeout_ms=integer("PI_JOB_TIMEOUT_MS"),
-        job_memory_mb=integer("PI_JOB_MEMORY_MB"),
-        job_cpus=float(value("PI_JOB_CPUS").strip(" \t")),
-        drain_grace_ms=integer("PI_DRAIN_GRACE_MS"),
-        lock_duration_ms=integer("PI_LOCK_DURATION_MS"),
-        secret_resolve_timeout_ms=integer("PI_SECRET_RESOLVE_TIMEOUT_MS"),
-        wait_check_timeout_ms=integer("PI_WAIT_CHECK_TIMEOUT_MS"),
-        wait_interval_ms=max(WAIT_INTERVAL_FLOOR_MS, integer("PI_WAIT_INTERVAL_MS")),
-        wait_max_ms=integer("PI_WAIT_MAX_MS"),
-        wait_after_max_ms=integer("PI_WAIT_AFTER_MAX_MS"),
-        wait_check_slots=integer("PI_WAIT_CHECK_SLOTS"),
-        wait_max_checks=integer("PI_WAIT_MAX_CHECKS"),
-        wait_max_faults=integer("PI_WAIT_MAX_FAULTS"),
-        tz=raw.get("TZ") or None,
-        sources={SETTING_OF[variable]: source if variable in raw else DEFAULT for variable in variables()},
-    )
+    """The model's own verdict on raw values, without the schema (for agreement tests and the inventory)."""
+    return _validated(RawValues(WorkerSettings, raw, source), HostFacts("localhost", None, 0))[1]
 
 
 def _explained(schema_problems: list[Problem], own_problems: list[Problem]) -> list[Problem]:
-    """The schema's verdict, each variable worded by the typed check where it has a more specific message."""
+    """The schema's verdict, each variable worded by the model where it has a more specific message."""
 
     def variable(problem: Problem) -> str:
         return problem.subject.split(" ", 1)[0]
@@ -289,14 +442,20 @@ def load_settings(
     environment: Callable[[], Mapping[str, str]] | None = None,
 ) -> WorkerSettings:
     """The worker's settings from the process environment, or from env_file alone. Raises ConfigError."""
-    if env_file is not None:
-        parsed = read_env_file(env_file)
-        raw = {name: parsed.values[name] for name in variables() if name in parsed.values}
-        source, found = parsed.source, list(parsed.problems)
-    else:
-        raw = dict(environment()) if environment else read_process_environment()
-        source, found = ENVIRONMENT, []
-    found += _explained(problems("worker-env", raw, source), _check(raw, source))
-    if found:
+    raw = read_raw(env_file, environment() if environment is not None else None)
+    settings, own = _validated(raw, facts or HostFacts.of_this_machine())
+    found = raw.problems + _explained(problems("worker-env", raw.values, raw.label), own)
+    if found or settings is None:
         raise ConfigError(found)
-    return parse_worker_env(raw, source, facts or HostFacts.of_this_machine())
+    return settings
+
+
+def host_variable(field_name: str, info: FieldInfo) -> str:
+    """The inventory variable that declares a setting: `pi_dispatch_worker_<field>` unless it names its own."""
+    declared = info.json_schema_extra.get(X_HOST_VAR) if isinstance(info.json_schema_extra, dict) else None
+    return HOST_VAR_PREFIX + str(declared or field_name)
+
+
+def password_text(settings: WorkerSettings) -> str | None:
+    secret: SecretStr | None = settings.valkey_password
+    return secret.get_secret_value() if secret is not None else None

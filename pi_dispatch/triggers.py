@@ -7,22 +7,16 @@ and refuses it with every problem named by its path in the file (`triggers/2/run
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from pi_dispatch.errors import ConfigError, Problem
+from pi_dispatch.jobs import JOB_KINDS, TRIGGER_TYPES
 from pi_dispatch.names import is_profile_name
 from pi_dispatch.schemas import problems
-
-ON_TYPES: Final = frozenset({"cron", "label", "comment", "pull_request", "issue"})
-RUN_KINDS: Final = frozenset({"local", "github", "gitlab", "forgejo", "azure"})
-WAIT_CONDITION_MAX: Final = 4
-AFTER: Final = re.compile(
-    r"\d{4}-\d{2}-\d{2}[Tt](?:[01]\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:\d{2})"
-)
+from pi_dispatch.waits import AFTER_INSTANT, WAIT_CONDITION_MAX
 
 
 @dataclass(frozen=True)
@@ -43,7 +37,7 @@ def _condition_problems(path: str, condition: object) -> list[str]:
     if not isinstance(condition, Mapping) or len(condition) != 1:
         return [f"{path}: a condition is an object with exactly one of after or profile"]
     ((key, value),) = condition.items()
-    if key == "after" and isinstance(value, str) and AFTER.fullmatch(value):
+    if key == "after" and isinstance(value, str) and AFTER_INSTANT.fullmatch(value):
         return []
     if key == "profile" and is_profile_name(value):
         return []
@@ -54,8 +48,8 @@ def _run_problems(path: str, run: object) -> list[str]:
     if not isinstance(run, Mapping):
         return [f"{path}: run must be an object"]
     found = []
-    if "kind" in run and run["kind"] not in RUN_KINDS:
-        found.append(f"{path}/kind: {run['kind']!r} is not one of {', '.join(sorted(RUN_KINDS))}")
+    if "kind" in run and run["kind"] not in JOB_KINDS:
+        found.append(f"{path}/kind: {run['kind']!r} is not one of {', '.join(sorted(JOB_KINDS))}")
     if "secretsProfile" in run and not is_profile_name(run["secretsProfile"]):
         found.append(f"{path}/secretsProfile: {run['secretsProfile']!r} is not a profile name")
     secrets = run.get("secrets")
@@ -82,8 +76,8 @@ def check_triggers(document: object) -> list[str]:
             found.append(f"{path}: a trigger has on and run")
             continue
         on = trigger["on"]
-        if not isinstance(on, Mapping) or on.get("type") not in ON_TYPES:
-            found.append(f"{path}/on/type: must be one of {', '.join(sorted(ON_TYPES))}")
+        if not isinstance(on, Mapping) or on.get("type") not in TRIGGER_TYPES:
+            found.append(f"{path}/on/type: must be one of {', '.join(sorted(TRIGGER_TYPES))}")
         found += _run_problems(f"{path}/run", trigger["run"])
     return found
 

@@ -14,23 +14,11 @@ from typing import Final, Literal
 
 from pi_dispatch.jscompat import date_parse
 from pi_dispatch.names import is_profile_name
+from pi_dispatch.reasons import ExitCode, Reason
 
-EXIT_GO: Final = 0
-EXIT_INFRA: Final = 1
-EXIT_POLICY: Final = 2
-EXIT_HOLD: Final = 3
+# The re-check cadence never goes below this, whatever PI_WAIT_INTERVAL_MS says (as in the reference).
 WAIT_INTERVAL_FLOOR_MS: Final = 30_000
 WAIT_BACKOFF_CAP_MS: Final = 900_000
-WAIT_REASONS: Final = (
-    "wait-refused",
-    "wait-expired",
-    "wait-unanswerable",
-    "wait-profile-unknown",
-    "wait-superseded",
-    "wait-skew",
-    "wait-unreadable",
-    "wait-after-beyond-max",
-)
 
 Verdict = Literal["go", "hold", "refuse"]
 
@@ -55,11 +43,11 @@ def decide_wait(
         return WaitDecision("hold", fault=False, aborted=True)
     if signalled or failed_to_start or timed_out or code is None:
         return WaitDecision("hold", fault=True)
-    if code == EXIT_GO:
+    if code == ExitCode.OK:
         return WaitDecision("go", fault=False)
-    if code == EXIT_HOLD:
+    if code == ExitCode.HOLD:
         return WaitDecision("hold", fault=False)
-    if code == EXIT_POLICY:
+    if code == ExitCode.POLICY:
         return WaitDecision("refuse", fault=False)
     return WaitDecision("hold", fault=True)
 
@@ -72,6 +60,7 @@ def wait_backoff_ms(base_ms: float, held_ms: float) -> int:
     return cap if doublings >= 32 else min(base * 2**doublings, cap)
 
 
+# An `after` condition's instant: ISO-8601 with a zone (the triggers file is checked against the same pattern).
 AFTER_INSTANT: Final = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt](?:[01]\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:\d{2})"
 )
@@ -144,6 +133,10 @@ def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**53 else 0
 
 
+# The job-data key a held job carries its HoldState under (never shown to the job's container).
+HOLD_KEY: Final = "waitHold"
+
+
 @dataclass(frozen=True)
 class HoldState:
     """What a held job carries between checks, in its job data. The clock starts at the first hold."""
@@ -176,7 +169,7 @@ class HoldStep:
 
     state: HoldState
     delay_ms: int = 0
-    reason: str | None = None
+    reason: Reason | None = None
 
 
 def _jittered(delay_ms: float, jitter: float) -> int:
@@ -191,11 +184,11 @@ def after_check(state: HoldState, decision: WaitDecision, now_ms: int, bounds: W
     faults = state.faults + 1 if decision.fault else 0
     following = HoldState(since, state.checks + 1, faults, checked=True)
     if decision.verdict == "refuse":
-        return HoldStep(following, reason="wait-refused")
+        return HoldStep(following, reason=Reason.WAIT_REFUSED)
     if faults >= bounds.max_faults:
-        return HoldStep(following, reason="wait-unanswerable")
+        return HoldStep(following, reason=Reason.WAIT_UNANSWERABLE)
     if state.checks + 1 >= bounds.max_checks or held >= bounds.max_ms:
-        return HoldStep(following, reason="wait-expired")
+        return HoldStep(following, reason=Reason.WAIT_EXPIRED)
     delay = _jittered(wait_backoff_ms(bounds.interval_ms, held), jitter)
     return HoldStep(following, max(MIN_HOLD_DELAY_MS, min(delay, bounds.max_ms - held)))
 
@@ -206,6 +199,6 @@ def after_denied_slot(state: HoldState, now_ms: int, bounds: WaitBounds, jitter:
     held = max(0, now_ms - since)
     following = HoldState(since, state.checks, state.faults, state.checked)
     if held >= bounds.max_ms:
-        return HoldStep(following, reason="wait-expired")
+        return HoldStep(following, reason=Reason.WAIT_EXPIRED)
     quarter = max(THROTTLE_FLOOR_MS, wait_backoff_ms(bounds.interval_ms, held) // 4)
     return HoldStep(following, max(MIN_HOLD_DELAY_MS, min(_jittered(quarter, jitter), bounds.max_ms - held)))

@@ -14,142 +14,39 @@ import asyncio
 import contextlib
 import os
 import random
-import re
 import shutil
-import tempfile
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Final
 
-from pi_dispatch import __version__
-from pi_dispatch.capabilities import capability_tokens, serialize_caps
-from pi_dispatch.containers import (
-    EXIT_COMPLETED,
-    EXIT_POLICY,
-    STOP_GRACE_S,
-    ContainerEnd,
-    ContainerRuntime,
-    ContainerSpec,
-    DockerUnavailable,
-    ImageMissing,
-)
+from pi_dispatch.clock import host_zone, wall_ms
+from pi_dispatch.containers import STOP_GRACE_S, ContainerRuntime, ContainerSpec, DockerUnavailable, ImageMissing
 from pi_dispatch.events import EventLog, discard
-from pi_dispatch.gates import InfraRetry, Refusal, SecretsGate, run_wait_check, usable_script
+from pi_dispatch.fleet import FleetHost, heartbeat_row
+from pi_dispatch.gates import InfraRetry, Refusal, SecretsGate
 from pi_dispatch.history import RunRecorder, reap_logs, write_job_log
-from pi_dispatch.jscompat import js_json
+from pi_dispatch.jobdirs import clear_job_dirs, write_job_dir
+from pi_dispatch.jobs import QueuedJob
+from pi_dispatch.jscompat import iso_string
 from pi_dispatch.keys import SHARED_QUEUE, host_queue_name
 from pi_dispatch.mirror import RunMirror
-from pi_dispatch.names import sanitize_job_id
-from pi_dispatch.records import FORGE_KINDS, build_record, target_separator
+from pi_dispatch.names import IMAGE_REFERENCE_RE
+from pi_dispatch.outcomes import JobFailure, PutBack, container_result
+from pi_dispatch.reasons import Reason
+from pi_dispatch.records import build_record
 from pi_dispatch.registry import HostRegistry
-from pi_dispatch.settings import WorkerSettings
+from pi_dispatch.settings import WorkerSettings, password_text
 from pi_dispatch.valkey import bounded, connect, fleet_id, with_password
-from pi_dispatch.waits import (
-    AFTER_NEAR_MS,
-    HoldState,
-    WaitBounds,
-    WaitConditions,
-    WaitDecision,
-    after_check,
-    after_denied_slot,
-    decide_wait,
-    parse_after_instant,
-    read_conditions,
-)
+from pi_dispatch.waitgate import WaitGate
 
-HOLD_KEY: Final = "waitHold"
-JOB_DIR_SUFFIX: Final = ".job"
 SWEEP_INTERVAL_S: Final = 24 * 3600
-LEASE_PREFIX: Final = "wait:check:"
 # Variables the worker sets in every job container; a job may not bind a secret over them.
 JOB_VARIABLES: Final = ("PI_JOB_ID", "PI_JOB_ATTEMPT", "PI_JOB_KIND", "PI_HOST")
 RESERVED_NAMES: Final = frozenset({*JOB_VARIABLES, "PATH", "HOME", "HOSTNAME", "USER", "TERM", "SHELL"})
-# Job data the container never sees: secret bindings, wait conditions and our hold state.
-PRIVATE_KEYS: Final = frozenset({"secrets", "secretsProfile", "waitFor", HOLD_KEY})
-IMAGE_REFERENCE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
 
 
-def iso(epoch_ms: int) -> str:
-    """`Date.prototype.toISOString()` of an epoch in ms."""
-    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def host_zone(configured: str | None) -> str:
-    """This host's IANA zone: TZ when set, else the name /etc/localtime links to, else ''."""
-    if configured:
-        return configured.removeprefix(":")
-    with contextlib.suppress(OSError):
-        target = str(Path("/etc/localtime").readlink())
-        if "zoneinfo/" in target:
-            return target.split("zoneinfo/", 1)[1]
-    return ""
-
-
-def wait_target(data: Mapping[str, Any]) -> str | None:
-    """The id-only label a wait check is given: `<repo><sep><number>`, or None for a non-forge job."""
-    kind, repo, target = data.get("kind"), data.get("repo"), data.get("target")
-    if kind not in FORGE_KINDS or not isinstance(repo, str) or not isinstance(target, Mapping):
-        return None
-    number = target.get("number")
-    if not isinstance(number, int) or isinstance(number, bool):
-        return None
-    return f"{repo}{target_separator(kind, target.get('type'))}{number}"
-
-
-def write_job_dir(jobs_dir: Path, worker: str, job_id: str, data: Mapping[str, Any]) -> Path:
-    """A fresh folder holding the job's event (its trigger, verbatim) and its fields minus secrets and waits.
-
-    Named `<worker>-<job>-<random>.job`, so a jobs dir shared by mistake never mixes two workers' folders.
-    """
-    jobs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    prefix = f"{worker}-{sanitize_job_id(job_id)}-"
-    folder = Path(tempfile.mkdtemp(dir=jobs_dir, prefix=prefix, suffix=JOB_DIR_SUFFIX))
-    folder.chmod(0o755)  # the job image may read it as any user; it holds no secret
-    trigger = data.get("trigger")
-    event = js_json(trigger if isinstance(trigger, Mapping) else {})
-    fields = js_json({key: value for key, value in data.items() if key not in PRIVATE_KEYS})
-    for name, text in (("event.json", event), ("job.json", fields)):
-        (folder / name).write_text(text + "\n", encoding="utf-8")
-        (folder / name).chmod(0o644)
-    return folder
-
-
-def clear_job_dirs(jobs_dir: Path, worker: str) -> int:
-    """Remove the job folders a previous run of this worker left behind: its own only, by name."""
-    removed = 0
-    with contextlib.suppress(OSError):
-        for folder in jobs_dir.iterdir():
-            ours = folder.name.startswith(f"{worker}-") and folder.name.endswith(JOB_DIR_SUFFIX)
-            if ours and folder.is_dir() and not folder.is_symlink():
-                shutil.rmtree(folder, ignore_errors=True)
-                removed += 1
-    return removed
-
-
-class JobFailure(Exception):
-    """A failed attempt: its reason and exit code are recorded; `retry` says whether BullMQ should retry."""
-
-    def __init__(self, reason: str, exit_code: int | None = None, *, retry: bool) -> None:
-        self.reason, self.exit_code, self.retry = reason, exit_code, retry
-        super().__init__(reason if exit_code is None else f"{reason} (exit {exit_code})")
-
-
-class PutBack(Exception):
-    """The job goes back on its queue untouched: the worker is draining."""
-
-
-def _result(outcome: str, reason: str | None, exit_code: int | None) -> dict[str, object]:
-    return {
-        "outcome": outcome,
-        "reason": reason,
-        "exitCode": exit_code,
-        "turns": None,
-        "tokens": None,
-        "budgetReserved": False,
-    }
+def _attempts(job: QueuedJob) -> int:
+    return job.attemptsMade if isinstance(job.attemptsMade, int) else 0
 
 
 @dataclass
@@ -159,7 +56,7 @@ class Worker:
     settings: WorkerSettings
     runtime: ContainerRuntime
     log: EventLog = discard
-    now: Callable[[], int] = lambda: time.time_ns() // 1_000_000
+    now: Callable[[], int] = wall_ms
     jitter: Callable[[], float] = random.random
     beat_ms: int | None = None
 
@@ -171,12 +68,6 @@ class Worker:
             timeout_s=self.settings.secret_resolve_timeout_ms / 1000,
             reserved=RESERVED_NAMES,
         )
-        self.bounds = WaitBounds(
-            self.settings.wait_interval_ms,
-            self.settings.wait_max_ms,
-            self.settings.wait_max_checks,
-            self.settings.wait_max_faults,
-        )
         self.running: dict[str, str] = {}  # job id -> image, while its container runs
         self.bullmq_workers: list[Any] = []
 
@@ -187,7 +78,6 @@ class Worker:
 
         settings = self.settings
         self.slots = asyncio.Semaphore(settings.concurrency)
-        self.check_slots = asyncio.Semaphore(min(settings.wait_check_slots, max(1, settings.concurrency - 1)))
         self.draining = asyncio.Event()
         self.aborting = asyncio.Event()
         reaped = await self.runtime.reap()
@@ -198,8 +88,9 @@ class Worker:
         with contextlib.suppress(OSError):
             settings.logs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         await asyncio.to_thread(reap_logs, settings.logs_dir, settings.log_retention_days, log=self.log)
-        password = settings.valkey_password.get_secret_value() if settings.valkey_password else None
+        password = password_text(settings)
         self.client = connect(settings.valkey_url, password)
+        self.wait_gate = WaitGate(settings, self.client, self.now, self.jitter, self.log)
         mirror = (
             RunMirror(self.client, settings.log_retention_days, log=self.log) if settings.worker_name_declared else None
         )
@@ -207,7 +98,7 @@ class Worker:
         registry = HostRegistry(self.client, self.name, log=self.log)
         if self.beat_ms is not None:
             registry.beat_ms = self.beat_ms
-        await registry.start(self._facts(digest or ""))
+        await registry.start(self._row(digest or ""))
         connection = with_password(settings.valkey_url, password)
         options = {
             "connection": connection,
@@ -266,31 +157,28 @@ class Worker:
             settings = self.settings
             await asyncio.to_thread(reap_logs, settings.logs_dir, settings.log_retention_days, log=self.log)
 
-    def _facts(self, image_digest: str) -> dict[str, object]:
+    def _row(self, image_digest: str) -> dict[str, object]:
         settings = self.settings
-        return {
-            "version": __version__,
-            "image": settings.job_image,
-            "imageDigest": image_digest,
-            "piVersion": "",
-            "concurrency": lambda: str(settings.concurrency),
-            "pid": os.getpid(),
-            "routes": "true" if settings.worker_name_declared else "false",
-            "caps": lambda: serialize_caps(capability_tokens(settings.secret_profiles, settings.wait_profiles)),
-            "tz": host_zone(settings.tz),
-            "fpCron": "",
-            "cronCount": "0",
-        }
+        return dict(
+            heartbeat_row(
+                FleetHost.of_settings(settings),
+                image=settings.job_image,
+                image_digest=image_digest,
+                concurrency=settings.concurrency,
+                pid=os.getpid(),
+                tz=host_zone(settings.tz),
+            )
+        )
 
     # -- one job --------------------------------------------------------------------------------------
 
-    def _processor(self, queue: str) -> Callable[[Any, str], Any]:
-        async def process(job: Any, token: str) -> dict[str, object]:
+    def _processor(self, queue: str) -> Callable[[QueuedJob, str], Any]:
+        async def process(job: QueuedJob, token: str) -> dict[str, object]:
             return await self._process(job, token, queue)
 
         return process
 
-    async def _process(self, job: Any, token: str, queue: str) -> dict[str, object]:
+    async def _process(self, job: QueuedJob, token: str, queue: str) -> dict[str, object]:
         from bullmq import DelayedError, UnrecoverableError
 
         started = self.now()
@@ -312,7 +200,7 @@ class Worker:
                 raise
             raise UnrecoverableError(str(failure)) from None
         except Exception as error:  # never let one job take the worker down; BullMQ retries it
-            reason = error.reason if isinstance(error, InfraRetry) else "infra"
+            reason = error.reason if isinstance(error, InfraRetry) else Reason.INFRA
             self._record(job, data, started, None, {"reason": reason})
             self.log(
                 "job_failed", {"jobId": str(job.id), "queue": queue, "reason": reason, "error": type(error).__name__}
@@ -326,30 +214,29 @@ class Worker:
 
     def _record(
         self,
-        job: Any,
+        job: QueuedJob,
         data: Mapping[str, Any],
         started: int,
         result: Mapping[str, Any] | None,
         error: Mapping[str, Any] | None,
     ) -> None:
-        attempts = job.attemptsMade if isinstance(job.attemptsMade, int) else 0
         record = build_record(
             job_id=str(job.id),
             job_name=job.name if isinstance(job.name, str) else None,
             data=data,
-            attempts_made=attempts,
+            attempts_made=_attempts(job),
             result=result,
             error=error,
-            started_at=iso(started),
-            ended_at=iso(self.now()),
+            started_at=iso_string(started),
+            ended_at=iso_string(self.now()),
             host=self.name,
         )
         self.recorder.record(record)
 
-    async def _attempt(self, job: Any, token: str, data: Mapping[str, Any]) -> dict[str, object]:
+    async def _attempt(self, job: QueuedJob, token: str, data: Mapping[str, Any]) -> dict[str, object]:
         if refused := self.secrets.refusal(data):
             return self._refused(job, refused)
-        if data.get("waitFor") is not None and (refused := await self._wait_gate(job, token, data)):
+        if data.get("waitFor") is not None and (refused := await self.wait_gate.admit(job, token, data)):
             return self._refused(job, refused)
         async with self._slot():
             secrets = await self.secrets.resolve(data)
@@ -357,7 +244,7 @@ class Worker:
                 return self._refused(job, secrets)
             return await self._run_container(job, data, secrets)
 
-    def _refused(self, job: Any, refusal: Refusal) -> dict[str, object]:
+    def _refused(self, job: QueuedJob, refusal: Refusal) -> dict[str, object]:
         fields: dict[str, object] = {"jobId": str(job.id), "reason": refusal.reason}
         if refusal.profile is not None:
             fields["profile"] = refusal.profile
@@ -381,14 +268,16 @@ class Worker:
         finally:
             self.slots.release()
 
-    async def _run_container(self, job: Any, data: Mapping[str, Any], secrets: Mapping[str, str]) -> dict[str, object]:
+    async def _run_container(
+        self, job: QueuedJob, data: Mapping[str, Any], secrets: Mapping[str, str]
+    ) -> dict[str, object]:
         settings = self.settings
         job_id = str(job.id)
         requested = data.get("image")
         image = settings.job_image if requested is None else requested
-        if not isinstance(image, str) or not IMAGE_REFERENCE.fullmatch(image):
-            raise JobFailure("job-image-missing", retry=False)
-        attempt = job.attemptsMade if isinstance(job.attemptsMade, int) else 0
+        if not isinstance(image, str) or not IMAGE_REFERENCE_RE.fullmatch(image):
+            raise JobFailure(Reason.JOB_IMAGE_MISSING, retry=False)
+        attempt = _attempts(job)
         job_dir = await asyncio.to_thread(write_job_dir, settings.jobs_dir, self.name, job_id, data)
         spec = ContainerSpec(
             job_id=job_id,
@@ -410,139 +299,15 @@ class Worker:
         try:
             end = await self.runtime.run(spec, capture=settings.capture_job_logs, abort=self.aborting)
         except ImageMissing:
-            raise JobFailure("job-image-missing", retry=True) from None
+            raise JobFailure(Reason.JOB_IMAGE_MISSING, retry=True) from None
         except DockerUnavailable:
-            raise JobFailure("infra", retry=True) from None
+            raise JobFailure(Reason.INFRA, retry=True) from None
         finally:
             self.running.pop(job_id, None)
             await asyncio.to_thread(shutil.rmtree, job_dir, True)
         if settings.capture_job_logs:
             await asyncio.to_thread(write_job_log, settings.logs_dir, job_id, end.output, self.log)
-        return self._ending(end)
-
-    def _ending(self, end: ContainerEnd) -> dict[str, object]:
-        """The exit-code protocol: 0 completed, 2 policy (returned), 1 or anything else infra (retried)."""
-        if end.aborted:
-            raise PutBack
-        if end.timed_out:
-            raise JobFailure("job-timeout", end.exit_code, retry=False)
-        if end.exit_code == EXIT_COMPLETED:
-            return _result("completed", None, EXIT_COMPLETED)
-        if end.exit_code == EXIT_POLICY:
-            return _result("policy", "container-policy", EXIT_POLICY)
-        raise JobFailure("container-failed", end.exit_code, retry=True)
-
-    # -- the wait gate --------------------------------------------------------------------------------
-
-    def _conditions(self, data: Mapping[str, Any]) -> WaitConditions | Refusal:
-        """The job's conditions, or the table-lookup refusal that needs no check: unreadable, unknown, too far."""
-        conditions = read_conditions(data.get("waitFor"))
-        if conditions is None:
-            return Refusal("wait-unreadable")
-        for profile in conditions.profiles:
-            if profile not in self.settings.wait_profiles:
-                return Refusal("wait-profile-unknown", profile)
-        if conditions.after is not None:
-            instant = parse_after_instant(conditions.after)
-            if instant.epoch_ms is None:
-                return Refusal("wait-unreadable")
-            if instant.epoch_ms - self.now() > self.settings.wait_after_max_ms:
-                return Refusal("wait-after-beyond-max")
-        return conditions
-
-    async def _wait_gate(self, job: Any, token: str, data: Mapping[str, Any]) -> Refusal | None:
-        """Go (None), a refusal, or a hold (the job is moved to delayed and DelayedError raised)."""
-        conditions = self._conditions(data)
-        if isinstance(conditions, Refusal):
-            return conditions
-        if conditions.after is not None:
-            instant = parse_after_instant(conditions.after).epoch_ms
-            if instant is not None and instant - self.now() > AFTER_NEAR_MS:
-                await self._hold(job, token, data, None, instant)
-        if not conditions.profiles:
-            return None
-        target = wait_target(data)
-        if target is None:
-            return Refusal("wait-unreadable")
-        state = HoldState.from_data(data.get(HOLD_KEY))
-        async with self._check_slot(len(conditions.profiles)) as granted:
-            if not granted:
-                step = after_denied_slot(state, self.now(), self.bounds, self.jitter())
-                if step.reason:
-                    return Refusal(step.reason)
-                await self._hold(job, token, data, step.state, self.now() + step.delay_ms)
-            decision = await self._check_all(conditions.profiles, target)
-        if decision.verdict == "go":
-            return None
-        if decision.aborted:
-            await self._hold(job, token, data, state, self.now() + 1_000)
-        step = after_check(state, decision, self.now(), self.bounds, self.jitter())
-        if step.reason:
-            return Refusal(step.reason)
-        await self._hold(job, token, data, step.state, self.now() + step.delay_ms)
-        return None  # not reached: _hold raises
-
-    async def _check_all(self, profiles: tuple[str, ...], target: str) -> WaitDecision:
-        """Each profile's check in writing order, stopping at the first that does not say go."""
-        decision = decide_wait(0)
-        for profile in profiles:
-            script = usable_script(self.settings.wait_profiles[profile])
-            if script is None:
-                decision = decide_wait(None, failed_to_start=True)
-            else:
-                decision = await run_wait_check(script, target, self.settings.wait_check_timeout_ms / 1000)
-            if decision.verdict != "go":
-                return decision
-        return decision
-
-    @contextlib.asynccontextmanager
-    async def _check_slot(self, profiles: int) -> AsyncIterator[bool]:
-        """A local check slot, and with a declared name a fleet lease `wait:check:<i>`; yields whether granted."""
-        if self.check_slots.locked():
-            yield False
-            return
-        async with self.check_slots:
-            if not self.settings.worker_name_declared:
-                yield True
-                return
-            ttl_s = (profiles + 1) * self.settings.wait_check_timeout_ms / 1000
-            lease = await self._lease(ttl_s)
-            try:
-                yield lease is not None
-            finally:
-                if lease is not None:
-                    with contextlib.suppress(Exception):
-                        await bounded(lease.release(), 2)
-
-    async def _lease(self, ttl_s: float) -> Any:
-        for index in range(self.settings.wait_check_slots):
-            lock = self.client.lock(f"{LEASE_PREFIX}{index}", timeout=ttl_s, blocking=False)
-            try:
-                if await bounded(lock.acquire(), 2):
-                    return lock
-            except Exception as error:
-                self.log("wait_lease_unreachable", {"reason": type(error).__name__})
-                return None
-        return None
-
-    async def _hold(
-        self, job: Any, token: str, data: Mapping[str, Any], state: HoldState | None, until_ms: int
-    ) -> None:
-        """Move the job to delayed until until_ms without spending an attempt, keeping its hold state."""
-        from bullmq import DelayedError
-
-        if state is not None:
-            await job.updateData({**data, HOLD_KEY: state.to_data()})
-        await job.moveToDelayed(int(until_ms), token)
-        self.log(
-            "wait_hold",
-            {
-                "jobId": str(job.id),
-                "delayMs": max(0, int(until_ms) - self.now()),
-                "checks": state.checks if state else 0,
-            },
-        )
-        raise DelayedError()
+        return container_result(end)
 
 
 def settings_summary(settings: WorkerSettings) -> dict[str, object]:

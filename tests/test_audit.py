@@ -14,11 +14,11 @@ from jsonschema import Draft202012Validator
 
 from pi_dispatch.audit import CODES, Report, audit
 from pi_dispatch.capabilities import capability_tokens, serialize_caps
-from pi_dispatch.inventory import PREFIX, InventoryHost
+from pi_dispatch.hostvars import PREFIX, InventoryHost
 from pi_dispatch.registry import HostRegistry, LiveHosts, read_live_hosts
 from pi_dispatch.schemas import load_schema
 from pi_dispatch.triggers import Trigger
-from tests.conftest import run_cli, run_cli_process
+from tests.helpers import run_cli, run_cli_process
 
 DATA = Path(__file__).parent / "data"
 INVENTORY = DATA / "inventory"

@@ -210,7 +210,7 @@ def test_job_options_are_the_references() -> None:
 
 
 async def test_enqueue_command(valkey_url: str, client: aioredis.Redis, tmp_path: Any, fleet: None) -> None:
-    from tests.conftest import run_cli
+    from tests.helpers import run_cli
 
     job = tmp_path / "job.json"
     job.write_text(
@@ -257,7 +257,7 @@ async def test_an_add_to_a_hung_server_stays_bounded(valkey_url: str, client: ai
 async def test_enqueue_command_authenticates_with_valkey_password(
     private_redis: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.conftest import run_cli
+    from tests.helpers import run_cli
 
     admin = aioredis.Redis.from_url(private_redis.url)
     await admin.config_set("requirepass", "s3cret pass:/@")

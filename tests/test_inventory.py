@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from pi_dispatch.envfile import parse_env_text
 from pi_dispatch.errors import ConfigError
-from pi_dispatch.inventory import PREFIX, InventoryHost, env_values, find_host, load_inventory, render_host_env
-from pi_dispatch.settings import HostFacts, load_settings, parse_worker_env
-from tests.conftest import run_cli
+from pi_dispatch.hostvars import PREFIX, InventoryHost, env_values, find_host, render_host_env
+from pi_dispatch.inventory import load_inventory
+from pi_dispatch.settings import HostFacts, load_settings
+from tests.helpers import run_cli
 
 INVENTORY = Path(__file__).parent / "data" / "inventory"
 FACTS = HostFacts("host.local", Path("/home/pi"), 1000)
@@ -110,7 +111,7 @@ def test_random_host_vars_render_and_parse_back_to_the_same_settings(declared: d
     host = InventoryHost("h", declared, "generated")
     parsed = parse_env_text(render_host_env(host), "rendered")
     assert parsed.problems == [] and parsed.values == env_values(declared)
-    loaded = parse_worker_env(parsed.values, "rendered", FACTS)
+    loaded = load_settings(facts=FACTS, environment=lambda: parsed.values)
     assert loaded.worker_name_declared is (PREFIX + "name" in declared)
     assert loaded.secret_profiles == declared.get(PREFIX + "secret_profiles", {})
     assert loaded.wait_profiles == declared.get(PREFIX + "wait_profiles", {})

@@ -12,7 +12,7 @@ from pi_dispatch.history import RunRecorder, read_records
 from pi_dispatch.mirror import RunMirror, read_mirrored_runs
 from pi_dispatch.registry import HostRegistry, LiveHosts, read_live_hosts
 from pi_dispatch.valkey import connect
-from tests.conftest import RedisServer
+from tests.helpers import RedisServer
 
 
 def run(job_id: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from pi_dispatch.inventory import check_host_vars
+from pi_dispatch.hostvars import check_host_vars
 from pi_dispatch.records import check_run_record
 from pi_dispatch.registry import check_registry_row
 from pi_dispatch.schemas import SCHEMA_NAMES, load_schema, problems

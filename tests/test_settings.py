@@ -9,7 +9,7 @@ import pytest
 
 from pi_dispatch.errors import ConfigError
 from pi_dispatch.settings import HostFacts, load_settings
-from tests.conftest import run_cli
+from tests.helpers import run_cli
 
 FACTS = HostFacts(hostname="Robs-Mac-Mini.local", home=Path("/home/rob"), euid=1000)
 

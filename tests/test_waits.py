@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pi_dispatch.reasons import WAIT_REASONS
 from pi_dispatch.waits import (
-    WAIT_REASONS,
     HoldState,
     WaitBounds,
     WaitConditions,

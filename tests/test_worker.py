@@ -24,8 +24,9 @@ from pi_dispatch.enqueue import Enqueuer, ForgeRouter, registry_reader
 from pi_dispatch.history import read_records
 from pi_dispatch.keys import HOST_LIVE, host_queue_name, host_row_key
 from pi_dispatch.mirror import read_mirrored_runs
-from pi_dispatch.worker import HOLD_KEY, wait_target
-from tests.conftest import RedisServer, run_cli
+from pi_dispatch.waitgate import wait_target
+from pi_dispatch.waits import HOLD_KEY
+from tests.helpers import RedisServer, run_cli
 from tests.workers import (
     RESOLVER,
     finished_job,
@@ -407,7 +408,7 @@ def test_the_worker_never_logs_a_profile_path(tmp_path: Path) -> None:
 
 
 def test_job_dirs_hold_the_event_and_no_secret_and_are_cleared_per_worker(tmp_path: Path) -> None:
-    from pi_dispatch.worker import clear_job_dirs, write_job_dir
+    from pi_dispatch.jobdirs import clear_job_dirs, write_job_dir
 
     job = forge_job(5, secretsProfile="prod", secrets={"TOKEN": "vault/ref"}, waitFor=[{"profile": "ci"}])
     mine = write_job_dir(tmp_path, "mini1", "gh-5", job)

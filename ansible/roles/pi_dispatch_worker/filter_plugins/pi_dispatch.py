@@ -15,7 +15,7 @@ from ansible.errors import AnsibleFilterError
 def pi_dispatch_env_file(host_vars: dict[str, Any], host: str) -> str:
     try:
         from pi_dispatch.errors import ConfigError
-        from pi_dispatch.inventory import InventoryHost, render_host_env
+        from pi_dispatch.hostvars import InventoryHost, render_host_env
     except ImportError as error:
         raise AnsibleFilterError(
             "pi-dispatch is not importable on the controller: run ansible-playbook from its venv"

@@ -1,0 +1,82 @@
+"""The published schemas of the worker's env file and the inventory's host variables, generated from the one
+declaration of each setting (`WorkerSettings`) and of the role's own variables (`RoleVars`).
+
+`pi-dispatch config schema` prints or writes them; a test fails when the files under `schemas/` differ from
+what this generates, so the contract cannot drift from the code. Pure.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from pi_dispatch.hostvars import PREFIX, RoleVars
+from pi_dispatch.setting_types import X_FIX, bounds_of, extra, form_of
+from pi_dispatch.settings import WorkerSettings, host_variable
+
+GENERATED: Final = ("worker-env", "host-vars")
+DRAFT: Final = "https://json-schema.org/draft/2020-12/schema"
+ID: Final = "https://pi-dispatch.dev/schemas/{name}.schema.json"
+
+
+def _env_default(field_default: object, text: str) -> dict[str, str]:
+    return {} if field_default is None else {"default": text}
+
+
+def worker_env_schema() -> dict[str, Any]:
+    """Every variable the worker reads, as the strings they are in a systemd EnvironmentFile."""
+    properties: dict[str, Any] = {}
+    for info in WorkerSettings.model_fields.values():
+        form = form_of(info)
+        properties[str(info.validation_alias)] = {
+            "type": "string",
+            **_env_default(info.default, form.env_text(info.default)),
+            **form.env_schema(bounds_of(info)),
+            "description": info.description,
+            X_FIX: extra(info, X_FIX),
+        }
+    return {
+        "$schema": DRAFT,
+        "$id": ID.format(name="worker-env"),
+        "title": "pi-dispatch worker environment",
+        "description": "Every variable the worker reads, as the strings they are in a systemd EnvironmentFile. "
+        "Unknown variables are allowed (the process environment holds many). Generated from the settings "
+        "declaration by `pi-dispatch config schema`.",
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "properties": properties,
+    }
+
+
+def host_vars_schema() -> dict[str, Any]:
+    """What an inventory host declares for its worker and for the role that installs it."""
+    properties: dict[str, Any] = {}
+    for name, info in WorkerSettings.model_fields.items():
+        properties[host_variable(name, info)] = {
+            **form_of(info).host_schema(bounds_of(info)),
+            "description": f"{info.validation_alias}: {info.description}",
+            X_FIX: extra(info, X_FIX),
+        }
+    for info in RoleVars.model_fields.values():
+        properties[str(info.validation_alias)] = {
+            **form_of(info).host_schema(bounds_of(info)),
+            "description": info.description,
+            X_FIX: extra(info, X_FIX),
+        }
+    return {
+        "$schema": DRAFT,
+        "$id": ID.format(name="host-vars"),
+        "title": "pi-dispatch inventory host variables",
+        "description": "What an inventory host declares for its worker. Other variables (ansible_host, ...) pass "
+        f"through; an unknown {PREFIX} variable is refused, since it is almost always a typo. Generated from the "
+        "settings declaration by `pi-dispatch config schema`.",
+        "type": "object",
+        "properties": properties,
+        "propertyNames": {"anyOf": [{"enum": sorted(properties)}, {"not": {"pattern": f"^{PREFIX}"}}]},
+    }
+
+
+def generated(name: str) -> str:
+    """A generated schema's text, exactly as it is committed under schemas/."""
+    schema = {"worker-env": worker_env_schema, "host-vars": host_vars_schema}[name]()
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,97 @@
+"""A host of the fleet, however it is known: from this host's settings, from an inventory host, or from a row.
+
+One type says what placement needs of a host (how the operator names it, the worker name it publishes under,
+whether that name is declared, its capability tokens), and one function builds the heartbeat row peers route
+by. The worker, the demo, `route`, `hosts` and the audit all use these, so a name is derived one way only.
+Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from pi_dispatch import __version__
+from pi_dispatch.capabilities import capability_tokens, parse_caps, serialize_caps
+from pi_dispatch.hostvars import InventoryHost
+from pi_dispatch.jscompat import js_sorted
+from pi_dispatch.names import sanitize_worker_name
+from pi_dispatch.settings import WorkerSettings
+
+# Fields the reference publishes that this port has no value for yet (cron, the pi CLI's version).
+NOT_YET: Final = {"piVersion": "", "fpCron": "", "cronCount": "0"}
+
+
+def worker_name_of(declared: str | None, hostname: str) -> str:
+    """The name a worker publishes under: the declared one, else one derived from its hostname."""
+    return declared or sanitize_worker_name(hostname)
+
+
+@dataclass(frozen=True)
+class FleetHost:
+    """A host as placement sees it. `name` is the operator's name for it (the inventory's, else the worker's)."""
+
+    name: str
+    worker_name: str
+    declared: bool
+    tokens: frozenset[str]
+
+    @classmethod
+    def of_settings(cls, settings: WorkerSettings) -> FleetHost:
+        """This host, as its worker runs it (the settings already derived its name)."""
+        tokens = frozenset(capability_tokens(settings.secret_profiles, settings.wait_profiles))
+        return cls(settings.worker_name, settings.worker_name, settings.worker_name_declared, tokens)
+
+    @classmethod
+    def of_inventory(cls, host: InventoryHost, hostname: str | None = None) -> FleetHost:
+        """An inventory host; undeclared, it publishes under its hostname (its inventory name unless given)."""
+        tokens = frozenset(capability_tokens(host.secret_profiles, host.wait_profiles))
+        worker = worker_name_of(host.worker_name, hostname or host.name)
+        return cls(host.name, worker, host.worker_name is not None, tokens)
+
+    @classmethod
+    def of_row(cls, row: Mapping[str, object]) -> FleetHost:
+        """A registry row as its peers read it: the name it beats under, its routes flag, its valid tokens."""
+        name = str(row.get("name"))
+        return cls(name, name, row.get("routes") == "true", frozenset(parse_caps(row.get("caps"))))
+
+    @property
+    def routes(self) -> str:
+        """The row's `routes` field: only a declared name drains a queue of its own."""
+        return "true" if self.declared else "false"
+
+    @property
+    def caps(self) -> str:
+        """The row's `caps` field: the tokens sorted as the reference sorts them."""
+        return serialize_caps(js_sorted(self.tokens))
+
+
+def heartbeat_row(
+    host: FleetHost,
+    *,
+    image: str = "",
+    image_digest: str = "",
+    concurrency: int | None = None,
+    pid: int | None = None,
+    tz: str = "",
+) -> dict[str, str]:
+    """The fields a host's beat publishes besides `name`, `beatAt` and `startedAt` (the registry stamps those)."""
+    return {
+        "version": __version__,
+        "image": image,
+        "imageDigest": image_digest,
+        "piVersion": NOT_YET["piVersion"],
+        "concurrency": "" if concurrency is None else str(concurrency),
+        "pid": "" if pid is None else str(pid),
+        "routes": host.routes,
+        "caps": host.caps,
+        "tz": tz,
+        "fpCron": NOT_YET["fpCron"],
+        "cronCount": NOT_YET["cronCount"],
+    }
+
+
+def routing_view(host: FleetHost, row: Mapping[str, str]) -> dict[str, object]:
+    """A row as a router reads it, for a host assumed live now: what `route --inventory` routes against."""
+    return {**row, "name": host.worker_name, "staleMs": 0}

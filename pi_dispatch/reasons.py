@@ -1,0 +1,77 @@
+"""Every reason a run can end with, every outcome, the exit-code protocol, and the one builder of a job's result.
+
+The reasons are the reference's fixed enum (run records carry nothing else, so no text from a job's payload
+ever reaches one). The run-record allowlist, the audit, the worker's gates and the docs' reason table all
+read `Reason`. Pure.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+from typing import Final
+
+
+class Reason(StrEnum):
+    """Why a run was refused, held past its limits, or failed."""
+
+    # the secret gate (a profile's resolver)
+    SECRET_PROFILE_UNKNOWN = "secret-profile-unknown"
+    SECRET_PROFILE_AMBIGUOUS = "secret-profile-ambiguous"
+    SECRET_NAME_RESERVED = "secret-name-reserved"
+    SECRET_UNRESOLVED = "secret-unresolved"
+    SECRET_RESOLVER_UNREACHABLE = "secret-resolver-unreachable"
+    # the wait gate (a profile's check, an `after` instant)
+    WAIT_REFUSED = "wait-refused"
+    WAIT_EXPIRED = "wait-expired"
+    WAIT_UNANSWERABLE = "wait-unanswerable"
+    WAIT_PROFILE_UNKNOWN = "wait-profile-unknown"
+    WAIT_SUPERSEDED = "wait-superseded"
+    WAIT_SKEW = "wait-skew"
+    WAIT_UNREADABLE = "wait-unreadable"
+    WAIT_AFTER_BEYOND_MAX = "wait-after-beyond-max"
+    # the reference's runner policies, kept so a Node worker's records read back unchanged
+    WORKER_ABORT = "worker-abort"
+    OVER_BUDGET = "over-budget"
+    UNPROTECTED_BRANCH = "unprotected-branch"
+    RUNNER_POLICY = "runner-policy"
+    EGRESS_PROXY_MISSING = "egress-proxy-missing"
+    # the job's container
+    JOB_IMAGE_MISSING = "job-image-missing"
+    JOB_TIMEOUT = "job-timeout"
+    CONTAINER_FAILED = "container-failed"
+    CONTAINER_POLICY = "container-policy"
+    INFRA = "infra"
+
+
+REASONS: Final = frozenset(Reason)
+SECRET_REASONS: Final = frozenset(reason for reason in Reason if reason.startswith("secret-"))
+WAIT_REASONS: Final = frozenset(reason for reason in Reason if reason.startswith("wait-"))
+
+
+class Outcome(StrEnum):
+    """How a run ended, as its record and its BullMQ return value say."""
+
+    COMPLETED = "completed"
+    POLICY = "policy"  # refused, returned rather than thrown: never retried
+    FAILED = "failed"  # thrown: retried while attempts remain
+
+
+class ExitCode(IntEnum):
+    """The reference's exit-code protocol, shared by job containers, wait checks and secret resolvers."""
+
+    OK = 0  # a container completed; a check says go
+    INFRA = 1  # worth another attempt
+    POLICY = 2  # a determinate refusal: never retried
+    HOLD = 3  # a check says not yet
+
+
+def job_result(outcome: Outcome, reason: Reason | None = None, exit_code: int | None = None) -> dict[str, object]:
+    """A job's BullMQ return value, in the reference's shape (telemetry fields stay empty: no agent ran here)."""
+    return {
+        "outcome": str(outcome),
+        "reason": None if reason is None else str(reason),
+        "exitCode": exit_code,
+        "turns": None,
+        "tokens": None,
+        "budgetReserved": False,
+    }
