@@ -20,9 +20,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pi_dispatch.audit import audit  # noqa: E402
-from pi_dispatch.inventory import load_inventory  # noqa: E402
-from pi_dispatch.triggers import load_triggers  # noqa: E402
+from pi_dispatch.audit import audit
+from pi_dispatch.inventory import load_inventory
+from pi_dispatch.triggers import load_triggers
 
 SECRETS = [f"vault{i}" for i in range(12)]
 WAITS = [f"ci{i}" for i in range(6)]

@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pi_dispatch.capabilities import RouteTable, route_forge_job  # noqa: E402
-from tests.seedjs import extract_seed_modules, node_binary  # noqa: E402
+from pi_dispatch.capabilities import RouteTable, route_forge_job
+from tests.seedjs import extract_seed_modules, node_binary
 
 HOSTS = 50
 JOBS = 20_000

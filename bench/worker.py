@@ -33,7 +33,8 @@ from pi_dispatch.events import discard
 from pi_dispatch.jobimage import build_example_image
 from pi_dispatch.jscompat import js_json
 from pi_dispatch.registry import HostRegistry
-from pi_dispatch.settings import HostFacts, load_settings
+from pi_dispatch.settings import load_settings
+from pi_dispatch.settings_sources import HostFacts
 from pi_dispatch.valkey import connect
 from pi_dispatch.worker import Worker
 from tests.workers import forge_job

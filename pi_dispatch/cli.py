@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pi_dispatch import __version__
@@ -91,7 +92,7 @@ def config_check(env_file: EnvFileOption = None) -> None:
     settings = load_settings(env_file)
     where = str(env_file) if env_file else "the environment"
     declared = "declared" if settings.worker_name_declared else "not declared, derived from the hostname"
-    console.print(f"OK: {where} configures worker {settings.worker_name!r} ({declared})")
+    console.print(escape(f"OK: {where} configures worker {settings.worker_name!r} ({declared})"))
 
 
 @config_app.command("show")
@@ -146,7 +147,7 @@ def config_schema(
             sys.stdout.write(generated(each))
         else:
             (write / f"{each}.schema.json").write_text(generated(each), encoding="utf-8")
-            console.print(f"wrote {write / f'{each}.schema.json'}")
+            console.print(escape(f"wrote {write / f'{each}.schema.json'}"))
 
 
 ValkeyUrlOption = Annotated[
@@ -269,14 +270,17 @@ def route(
             data.get("replica"),
         )
     except JobIdError as error:
-        console.print(f"queue: {SHARED_QUEUE} (not routable: {error})")
+        console.print(escape(f"queue: {SHARED_QUEUE} (not routable: {error})"))
         raise typer.Exit(ExitStatus.OK) from error
     explanation = explain_route(hosts, data, job_id)
     queue = host_queue_name(explanation.host) if explanation.host else SHARED_QUEUE
-    console.print(f"job {job_id} needs {', '.join(explanation.needs) or 'nothing host-specific'}")
-    console.print(f"queue: [bold]{queue}[/bold]" + (f" ({explanation.abstention})" if explanation.abstention else ""))
+    console.print(escape(f"job {job_id} needs {', '.join(explanation.needs) or 'nothing host-specific'}"))
+    console.print(
+        f"queue: [bold]{escape(queue)}[/bold]"
+        + escape(f" ({explanation.abstention})" if explanation.abstention else "")
+    )
     for verdict in explanation.hosts:
-        console.print(f"  {verdict.name}: {verdict.reason}")
+        console.print(escape(f"  {verdict.name}: {verdict.reason}"))
 
 
 @app.command()
@@ -290,7 +294,7 @@ def enqueue(
 
     data = _read_job(job)
     queue, job_id, why = enqueue_job(valkey_url(url), kind, data)
-    console.print(f"enqueued {job_id} on [bold]{queue}[/bold]: {why}")
+    console.print(f"enqueued {escape(job_id)} on [bold]{escape(queue)}[/bold]: {escape(why)}")
 
 
 @app.command()
@@ -300,7 +304,7 @@ def hosts(url: ValkeyUrlOption = None, as_json: JsonOption = False) -> None:
 
     result = read_registry(valkey_url(url))
     if isinstance(result, Unreachable):
-        errors.print(f"[red]registry unreachable[/red]: {result.reason}")
+        errors.print(f"[red]registry unreachable[/red]: {escape(result.reason)}")
         raise typer.Exit(ExitStatus.FAILURE)
     if as_json:
         sys.stdout.write(json.dumps(result.hosts, indent=2) + "\n")
@@ -320,7 +324,7 @@ def runs(
 ) -> None:
     """This host's run records merged with the fleet mirror, each labelled with its host."""
     from pi_dispatch.operations import merged_runs, print_runs, valkey_url
-    from pi_dispatch.settings import HostFacts
+    from pi_dispatch.settings_sources import HostFacts
 
     directory = logs_dir or Path(os.environ.get("PI_LOGS_DIR") or HostFacts.of_this_machine().default_logs_dir())
     found, degraded = merged_runs(directory, valkey_url(url), limit, host)
@@ -334,8 +338,8 @@ def main() -> None:
     try:
         app()
     except ConfigError as error:
-        errors.print(f"[red]config error[/red]\n{error}")
+        errors.print(f"[red]config error[/red]\n{escape(str(error))}")
         sys.exit(error.exit_code)
     except PiDispatchError as error:
-        errors.print(f"[red]error[/red]: {error}")
+        errors.print(f"[red]error[/red]: {escape(str(error))}")
         sys.exit(error.exit_code)

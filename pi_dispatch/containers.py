@@ -84,10 +84,13 @@ class ContainerRuntime:
     @classmethod
     def connect(cls, host: str, slots: int, log: EventLog = discard, fleet: str = "") -> ContainerRuntime:
         """A runtime on the daemon DOCKER_HOST names (the local socket by default). Raises DockerUnavailable."""
+        client = None
         try:
             client = docker.from_env()
             client.ping()
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+            if client is not None:
+                client.close()
             raise DockerUnavailable(f"the Docker daemon is not reachable ({type(error).__name__})") from error
         return cls(client, host, slots, fleet, log)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from pydantic.fields import FieldInfo
+
 from pi_dispatch.hostvars import PREFIX, RoleVars
 from pi_dispatch.setting_types import X_FIX, bounds_of, extra, form_of
 from pi_dispatch.settings import WorkerSettings, host_variable
@@ -19,8 +21,20 @@ DRAFT: Final = "https://json-schema.org/draft/2020-12/schema"
 ID: Final = "https://pi-dispatch.dev/schemas/{name}.schema.json"
 
 
-def _env_default(field_default: object, text: str) -> dict[str, str]:
-    return {} if field_default is None else {"default": text}
+def _property(info: FieldInfo, schema: dict[str, Any], description: str | None) -> dict[str, Any]:
+    return {**schema, "description": description, X_FIX: extra(info, X_FIX)}
+
+
+def _document(name: str, title: str, description: str, body: dict[str, Any]) -> dict[str, Any]:
+    generated_by = " Generated from the settings declaration by `pi-dispatch config schema`."
+    return {
+        "$schema": DRAFT,
+        "$id": ID.format(name=name),
+        "title": title,
+        "description": description + generated_by,
+        "type": "object",
+        **body,
+    }
 
 
 def worker_env_schema() -> dict[str, Any]:
@@ -28,52 +42,39 @@ def worker_env_schema() -> dict[str, Any]:
     properties: dict[str, Any] = {}
     for info in WorkerSettings.model_fields.values():
         form = form_of(info)
-        properties[str(info.validation_alias)] = {
-            "type": "string",
-            **_env_default(info.default, form.env_text(info.default)),
-            **form.env_schema(bounds_of(info)),
-            "description": info.description,
-            X_FIX: extra(info, X_FIX),
-        }
-    return {
-        "$schema": DRAFT,
-        "$id": ID.format(name="worker-env"),
-        "title": "pi-dispatch worker environment",
-        "description": "Every variable the worker reads, as the strings they are in a systemd EnvironmentFile. "
-        "Unknown variables are allowed (the process environment holds many). Generated from the settings "
-        "declaration by `pi-dispatch config schema`.",
-        "type": "object",
-        "additionalProperties": {"type": "string"},
-        "properties": properties,
-    }
+        default = {} if info.default is None else {"default": form.env_text(info.default)}
+        schema = {"type": "string", **default, **form.env_schema(bounds_of(info))}
+        properties[str(info.validation_alias)] = _property(info, schema, info.description)
+    return _document(
+        "worker-env",
+        "pi-dispatch worker environment",
+        "Every variable the worker reads, as the strings they are in a systemd EnvironmentFile. Unknown variables "
+        "are allowed (the process environment holds many).",
+        {"additionalProperties": {"type": "string"}, "properties": properties},
+    )
 
 
 def host_vars_schema() -> dict[str, Any]:
     """What an inventory host declares for its worker and for the role that installs it."""
-    properties: dict[str, Any] = {}
-    for name, info in WorkerSettings.model_fields.items():
-        properties[host_variable(name, info)] = {
-            **form_of(info).host_schema(bounds_of(info)),
-            "description": f"{info.validation_alias}: {info.description}",
-            X_FIX: extra(info, X_FIX),
-        }
-    for info in RoleVars.model_fields.values():
-        properties[str(info.validation_alias)] = {
-            **form_of(info).host_schema(bounds_of(info)),
-            "description": info.description,
-            X_FIX: extra(info, X_FIX),
-        }
-    return {
-        "$schema": DRAFT,
-        "$id": ID.format(name="host-vars"),
-        "title": "pi-dispatch inventory host variables",
-        "description": "What an inventory host declares for its worker. Other variables (ansible_host, ...) pass "
-        f"through; an unknown {PREFIX} variable is refused, since it is almost always a typo. Generated from the "
-        "settings declaration by `pi-dispatch config schema`.",
-        "type": "object",
-        "properties": properties,
-        "propertyNames": {"anyOf": [{"enum": sorted(properties)}, {"not": {"pattern": f"^{PREFIX}"}}]},
+    declared: list[tuple[str, FieldInfo, str | None]] = [
+        (host_variable(name, info), info, f"{info.validation_alias}: {info.description}")
+        for name, info in WorkerSettings.model_fields.items()
+    ]
+    declared += [(str(info.validation_alias), info, info.description) for info in RoleVars.model_fields.values()]
+    properties = {
+        variable: _property(info, form_of(info).host_schema(bounds_of(info)), description)
+        for variable, info, description in declared
     }
+    return _document(
+        "host-vars",
+        "pi-dispatch inventory host variables",
+        "What an inventory host declares for its worker. Other variables (ansible_host, ...) pass through; an "
+        f"unknown {PREFIX} variable is refused, since it is almost always a typo.",
+        {
+            "properties": properties,
+            "propertyNames": {"anyOf": [{"enum": sorted(properties)}, {"not": {"pattern": f"^{PREFIX}"}}]},
+        },
+    )
 
 
 def generated(name: str) -> str:

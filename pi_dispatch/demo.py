@@ -71,12 +71,15 @@ class DemoWorker:
 
 def docker_problem() -> str | None:
     """Why job containers cannot run here, or None; builds the example image when they can."""
-    try:
-        import docker
+    import docker
 
+    client = None
+    try:
         client = docker.from_env()
         client.ping()
     except Exception as error:
+        if client is not None:
+            client.close()
         return f"no Docker daemon answers ({type(error).__name__})"
     try:
         build_example_image(client)
@@ -185,7 +188,7 @@ class Demo:
     async def run(self) -> int:
         console = self.console
         hosts = load_inventory(self.inventory)
-        triggers = [trigger for trigger in load_triggers(self.triggers_path) if trigger.run.get("kind") != "local"]
+        triggers = [trigger for trigger in self._triggers() if trigger.run.get("kind") != "local"]
         console.rule("[bold]pi-dispatch demo: the fleet of inventory.example on this machine")
         with console.status("Checking for Docker and building the example job image"):
             problem = await asyncio.to_thread(docker_problem)
@@ -231,6 +234,11 @@ class Demo:
                 await client.aclose()
         console.print("[green]Stopped the workers and the demo's Valkey; nothing is left running.")
         return 0
+
+    def _triggers(self) -> list[Trigger]:
+        """The triggers, the example's named as the checkout names it rather than by where the package lies."""
+        shipped = self.triggers_path.resolve().is_relative_to(EXAMPLE)
+        return load_triggers(self.triggers_path, "inventory.example/triggers.json" if shipped else None)
 
     def _worker(self, host: InventoryHost, url: str, state: Path) -> DemoWorker:
         # An undeclared worker is named after its hostname; each gets its inventory name as hostname
@@ -368,7 +376,7 @@ class Demo:
 
         live = await read_live_hosts(client)
         rows = live.hosts if isinstance(live, LiveHosts) else None
-        triggers = load_triggers(self.triggers_path)
+        triggers = self._triggers()
         report = audit(hosts, triggers, live_rows=rows, live_state="ok" if rows is not None else "unreachable")
         self.console.rule("[bold]pi-dispatch audit -i inventory.example/hosts.yml --triggers triggers.json --live")
         print_report(self.console, report)

@@ -16,16 +16,11 @@ from pi_dispatch import __version__
 from pi_dispatch.capabilities import capability_tokens, parse_caps, serialize_caps
 from pi_dispatch.hostvars import InventoryHost
 from pi_dispatch.jscompat import js_sorted
-from pi_dispatch.names import sanitize_worker_name
+from pi_dispatch.names import worker_name_of
 from pi_dispatch.settings import WorkerSettings
 
 # Fields the reference publishes that this port has no value for yet (cron, the pi CLI's version).
 NOT_YET: Final = {"piVersion": "", "fpCron": "", "cronCount": "0"}
-
-
-def worker_name_of(declared: str | None, hostname: str) -> str:
-    """The name a worker publishes under: the declared one, else one derived from its hostname."""
-    return declared or sanitize_worker_name(hostname)
 
 
 @dataclass(frozen=True)

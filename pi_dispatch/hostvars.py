@@ -18,6 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pi_dispatch.envfile import render_env
 from pi_dispatch.errors import ConfigError, Problem
 from pi_dispatch.names import PROFILE_NAME_RE
+from pi_dispatch.patterns import schema_pattern
 from pi_dispatch.profiles import ABSOLUTE_SCRIPT, MAX_PROFILES
 from pi_dispatch.schemas import problems
 from pi_dispatch.setting_types import (
@@ -33,7 +34,6 @@ from pi_dispatch.setting_types import (
     form_of,
     matching,
     refused,
-    schema_pattern,
 )
 from pi_dispatch.settings import HOST_VAR_PREFIX, WorkerSettings, check_worker_env, fields_by_variable, host_variable
 

@@ -60,6 +60,11 @@ def sanitize_worker_name(raw: object) -> str:
     return text
 
 
+def worker_name_of(declared: str | None, hostname: str) -> str:
+    """The name a worker publishes under: the declared one, else one derived from its hostname."""
+    return declared or sanitize_worker_name(hostname)
+
+
 def sanitize_job_id(job_id: object) -> str:
     """A job id as one legal filename segment; like the reference, one `_` per UTF-16 code unit."""
     if nullish(job_id):

@@ -169,40 +169,34 @@ def build_record(
     }
 
 
-_NULLABLE: Final[dict[str, tuple[type, ...]]] = {
-    **dict.fromkeys(
-        (
-            "kind",
-            "target",
-            "flow",
-            "startedAt",
-            "endedAt",
-            "outcome",
-            "reason",
-            "provider",
-            "model",
-            "parentJobId",
-            "triggerType",
-        ),
-        (str,),
-    ),
-    **dict.fromkeys(("exitCode", "turns", "chainDepth", "chainRefused", "replica", "replicas", "triggerIndex"), (int,)),
-    **dict.fromkeys(("tokens", "usage", "session"), (dict,)),
-    "budgetReserved": (bool,),
+_TEXT, _WHOLE, _OBJECT = (str,), (int,), (dict,)
+# Each field's type when it is not null, and whether a record must carry it (jobId, attempt and host have
+# rules of their own below, and are always required).
+_FIELDS: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
+    "kind": (_TEXT, True),
+    "target": (_TEXT, True),
+    "flow": (_TEXT, True),
+    "startedAt": (_TEXT, True),
+    "endedAt": (_TEXT, True),
+    "outcome": (_TEXT, True),
+    "reason": (_TEXT, True),
+    "exitCode": (_WHOLE, True),
+    "turns": (_WHOLE, False),
+    "tokens": (_OBJECT, False),
+    "usage": (_OBJECT, False),
+    "provider": (_TEXT, False),
+    "model": (_TEXT, False),
+    "budgetReserved": ((bool,), False),
+    "parentJobId": (_TEXT, False),
+    "chainDepth": (_WHOLE, False),
+    "chainRefused": (_WHOLE, False),
+    "replica": (_WHOLE, False),
+    "replicas": (_WHOLE, False),
+    "triggerIndex": (_WHOLE, False),
+    "triggerType": (_TEXT, False),
+    "session": (_OBJECT, False),
 }
-REQUIRED_FIELDS: Final = (
-    "jobId",
-    "kind",
-    "target",
-    "flow",
-    "startedAt",
-    "endedAt",
-    "outcome",
-    "reason",
-    "exitCode",
-    "attempt",
-    "host",
-)
+REQUIRED_FIELDS: Final = ("jobId", *(field for field, (_, required) in _FIELDS.items() if required), "attempt", "host")
 
 
 def check_run_record(record: object) -> list[str]:
@@ -210,11 +204,11 @@ def check_run_record(record: object) -> list[str]:
     if not isinstance(record, Mapping):
         return ["a record is an object"]
     found = [f"{field} is missing" for field in REQUIRED_FIELDS if field not in record]
-    for field, allowed in _NULLABLE.items():
+    for field, (allowed, _) in _FIELDS.items():
         value = record.get(field)
         if value is None:
             continue
-        if not isinstance(value, allowed) or (allowed == (int,) and isinstance(value, bool)):
+        if not isinstance(value, allowed) or (allowed == _WHOLE and isinstance(value, bool)):
             found.append(f"{field}: {value!r} has the wrong type")
     job_id, attempt, host = record.get("jobId"), record.get("attempt"), record.get("host")
     if "jobId" in record and (isinstance(job_id, bool) or not isinstance(job_id, str | int | float)):

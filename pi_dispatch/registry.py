@@ -16,10 +16,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from pi_dispatch.capabilities import CAP_SECRET, CAP_WAIT
 from pi_dispatch.clock import wall_ms
 from pi_dispatch.events import EventLog, discard
 from pi_dispatch.jscompat import finite, js_number, js_sorted, js_string, utf16_key
 from pi_dispatch.keys import HOST_LIVE, host_row_key
+from pi_dispatch.names import PROFILE_NAME_RE, WORKER_NAME_RE
 from pi_dispatch.valkey import OP_TIMEOUT_S, bounded, describe
 
 if TYPE_CHECKING:
@@ -203,12 +205,13 @@ async def read_live_hosts(
     return LiveHosts(hosts)
 
 
+_TOKEN: Final = f"[{CAP_SECRET}{CAP_WAIT}]:{PROFILE_NAME_RE.pattern}"
 _ROW_SHAPES: Final = {
-    "name": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"),
+    "name": WORKER_NAME_RE,
     "beatAt": re.compile(r"[0-9]{1,16}"),
     "startedAt": re.compile(r"[0-9]{1,16}"),
     "routes": re.compile(r"true|false"),
-    "caps": re.compile(r"(?:[sw]:[A-Za-z0-9._-]+(?:,[sw]:[A-Za-z0-9._-]+)*)?"),
+    "caps": re.compile(rf"(?:{_TOKEN}(?:,{_TOKEN})*)?"),
     "concurrency": re.compile(r"[0-9]*"),
     "pid": re.compile(r"[0-9]*"),
 }

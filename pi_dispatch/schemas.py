@@ -22,7 +22,6 @@ from pi_dispatch.profiles import parse_profiles
 
 SCHEMA_NAMES: Final = ("worker-env", "host-vars", "triggers", "registry-row", "run-record")
 REPORT_SCHEMA: Final = "audit-report"
-MAX_PROFILES: Final = 256
 
 format_checker = FormatChecker()
 
@@ -35,8 +34,6 @@ def _profile_table(value: object) -> bool:
     parsed = parse_profiles(value, "secret")
     if parsed.problems:
         raise ValueError(parsed.problems[0].message)
-    if len(parsed.table) > MAX_PROFILES:
-        raise ValueError(f"declares {len(parsed.table)} profiles; at most {MAX_PROFILES}")
     return True
 
 

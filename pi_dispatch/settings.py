@@ -2,9 +2,8 @@
 
 `WorkerSettings` is the one declaration. The JSON Schemas of the env file and of the inventory's host
 variables are generated from it (`pi-dispatch config schema`), the inventory renders env files through it,
-and the docs' settings table is checked against it. Values come from the process environment, or for
-`--env-file` from that file alone, read as systemd reads it (a settings source); machine-derived
-defaults (the name from the hostname, the folders under $HOME) are a source of their own. `load_settings`
+and the docs' settings table is checked against it. Values come from the sources of `settings_sources.py`:
+the process environment, or for `--env-file` that file alone, then the machine's defaults. `load_settings`
 reads the raw values once, validates them against the published schema and through the model, and
 reports every problem at once, each naming its variable, its source and its fix. Secrets are
 `SecretStr` and never printed.
@@ -12,9 +11,6 @@ reports every problem at once, each naming its variable, its source and its fix.
 
 from __future__ import annotations
 
-import os
-import socket
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -24,12 +20,10 @@ from typing import Any, Final
 
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from pi_dispatch.clock import DAY_MS
-from pi_dispatch.envfile import read_env_file
 from pi_dispatch.errors import ConfigError, Problem
-from pi_dispatch.names import sanitize_worker_name
 from pi_dispatch.schemas import problems
 from pi_dispatch.setting_types import (
     X_FIX,
@@ -47,12 +41,11 @@ from pi_dispatch.setting_types import (
     WorkerName,
     Zone,
     field_problems,
-    form_of,
 )
+from pi_dispatch.settings_sources import ENVIRONMENT, HostFacts, MachineDefaults, RawValues, read_raw
 from pi_dispatch.valkey import DEFAULT_VALKEY_URL
 from pi_dispatch.waits import WAIT_INTERVAL_FLOOR_MS
 
-ENVIRONMENT: Final = "environment"
 DEFAULT: Final = "default"
 HOST_VAR_PREFIX: Final = "pi_dispatch_worker_"
 # The env-file grammar allowed 15 digits before any bound was declared; a setting with no natural limit keeps that.
@@ -292,7 +285,7 @@ class WorkerSettings(BaseSettings):
         reading = _reading.get()
         if reading is None:
             env_file = getattr(dotenv_settings, "env_file", None)
-            raw = read_raw(Path(str(env_file)) if isinstance(env_file, str | Path) else None)
+            raw = read_raw(settings_cls, Path(str(env_file)) if isinstance(env_file, str | Path) else None)
             reading = _Reading(raw, HostFacts.of_this_machine())
         return init_settings, reading.raw, MachineDefaults(settings_cls, reading.facts)
 
@@ -305,77 +298,6 @@ def fields_by_variable() -> dict[str, tuple[str, FieldInfo]]:
 def variables() -> tuple[str, ...]:
     """Every variable the worker reads, in the order the env file lists them."""
     return tuple(fields_by_variable())
-
-
-@dataclass(frozen=True)
-class HostFacts:
-    """What the settings need to know about the machine, passed in so loading stays testable."""
-
-    hostname: str
-    home: Path | None
-    euid: int
-
-    @classmethod
-    def of_this_machine(cls) -> HostFacts:
-        home = os.environ.get("HOME")
-        return cls(socket.gethostname(), Path(home) if home else None, os.geteuid())
-
-    def default_dir(self, name: str) -> Path:
-        if self.home is not None and self.home.is_absolute():
-            return self.home / ".pi-dispatch" / name
-        return Path(tempfile.gettempdir()) / f"pi-dispatch-{self.euid}" / name
-
-    def default_logs_dir(self) -> Path:
-        return self.default_dir("logs")
-
-
-class RawValues(PydanticBaseSettingsSource):
-    """The worker's variables as the strings one place holds them; a blank that means "the default" is left out."""
-
-    def __init__(self, settings_cls: type[BaseSettings], values: Mapping[str, str], label: str) -> None:
-        super().__init__(settings_cls)
-        known = fields_by_variable()
-        self.label = label
-        self.values = {name: value for name, value in values.items() if name in known}
-        self.problems: list[Problem] = []
-        blank_default = {name for name, (_, info) in known.items() if form_of(info).blank_is_default}
-        self._given = {name: value for name, value in self.values.items() if value or name not in blank_default}
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return self._given.get(str(field.validation_alias)), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self._given)
-
-
-class MachineDefaults(PydanticBaseSettingsSource):
-    """The defaults that depend on the machine: the worker name from the hostname, the folders under $HOME."""
-
-    def __init__(self, settings_cls: type[BaseSettings], facts: HostFacts) -> None:
-        super().__init__(settings_cls)
-        self.values = {
-            "PI_WORKER_NAME": sanitize_worker_name(facts.hostname),
-            "PI_LOGS_DIR": str(facts.default_dir("logs")),
-            "PI_JOBS_DIR": str(facts.default_dir("jobs")),
-        }
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return self.values.get(str(field.validation_alias)), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self.values)
-
-
-def read_raw(env_file: Path | None, environment: Mapping[str, str] | None = None) -> RawValues:
-    """The raw values of one load: the env file alone, else the given mapping, else the process environment."""
-    if env_file is not None:
-        parsed = read_env_file(env_file)
-        raw = RawValues(WorkerSettings, parsed.values, parsed.source)
-        raw.problems = list(parsed.problems)
-        return raw
-    if environment is None:
-        environment = EnvSettingsSource(WorkerSettings, case_sensitive=True)()
-    return RawValues(WorkerSettings, environment, ENVIRONMENT)
 
 
 @dataclass(frozen=True)
@@ -442,7 +364,7 @@ def load_settings(
     environment: Callable[[], Mapping[str, str]] | None = None,
 ) -> WorkerSettings:
     """The worker's settings from the process environment, or from env_file alone. Raises ConfigError."""
-    raw = read_raw(env_file, environment() if environment is not None else None)
+    raw = read_raw(WorkerSettings, env_file, environment() if environment is not None else None)
     settings, own = _validated(raw, facts or HostFacts.of_this_machine())
     found = raw.problems + _explained(problems("worker-env", raw.values, raw.label), own)
     if found or settings is None:

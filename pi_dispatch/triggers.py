@@ -82,9 +82,9 @@ def check_triggers(document: object) -> list[str]:
     return found
 
 
-def load_triggers(path: Path) -> list[Trigger]:
-    """The triggers of one file, or ConfigError naming every problem in it."""
-    source = str(path)
+def load_triggers(path: Path, label: str | None = None) -> list[Trigger]:
+    """The triggers of one file, or ConfigError naming every problem in it; label names the file in findings."""
+    source = label or str(path)
     fix = "see docs/multi-host.md for the trigger fields that decide placement"
     try:
         document = json.loads(path.read_bytes())

@@ -90,3 +90,26 @@ def seed_diff() -> Path:
     if not SEED_DIFF.is_file():
         pytest.fail(f"the reference change is missing at {SEED_DIFF}; set PI_SHARED_DIR to the shared/ folder")
     return SEED_DIFF
+
+
+# A real service's fixtures, by the marker a test that uses them must carry.
+SERVICE_FIXTURES = {
+    "redis": {"valkey_url", "client", "private_redis"},
+    "docker": {"docker_client", "job_image"},
+    "node": {"seed_diff"},
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a test that uses a real service's fixture without its marker, so `-m "not docker"` stays honest."""
+    unmarked = []
+    for item in items:
+        marks = {mark.name for mark in item.iter_markers()}
+        fixtures = set(getattr(item, "fixturenames", ()))
+        unmarked += [
+            f"{item.nodeid} uses {', '.join(sorted(used & fixtures))} without @pytest.mark.{marker}"
+            for marker, used in SERVICE_FIXTURES.items()
+            if used & fixtures and marker not in marks
+        ]
+    if unmarked:
+        raise pytest.UsageError("\n".join(unmarked))

@@ -232,6 +232,7 @@ def test_bad_triggers_file_names_each_problem(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.redis
 async def test_live_audit_against_a_real_registry(valkey_url: str, client: aioredis.Redis, tmp_path: Path) -> None:
     mini1 = HostRegistry(client, "mini1")
     await mini1.start({"routes": "true", "caps": serialize_caps(capability_tokens({"prod": "/p"})), "tz": "UTC"})
@@ -273,6 +274,7 @@ async def test_live_audit_against_a_real_registry(valkey_url: str, client: aiore
     await stray.close()
 
 
+@pytest.mark.redis
 async def test_hosts_route_and_runs_commands(valkey_url: str, client: aioredis.Redis, tmp_path: Path) -> None:
     mini1 = HostRegistry(client, "mini1")
     await mini1.start({"routes": "true", "caps": "s:prod", "version": "0.1.0", "tz": "UTC"})

@@ -46,6 +46,7 @@ def runtime() -> Any:
     runtime.close()
 
 
+@pytest.mark.docker
 async def test_exit_codes_and_output_come_back(tmp_path: Path, job_image: str, runtime: ContainerRuntime) -> None:
     for code in (0, 1, 2, 7):
         end = await runtime.run(spec_for(tmp_path, job_image, {"demoExit": code}), capture=True, abort=asyncio.Event())
@@ -53,6 +54,7 @@ async def test_exit_codes_and_output_come_back(tmp_path: Path, job_image: str, r
         assert b"job gh-1 attempt ? on ?: 15 bytes of event" in end.output
 
 
+@pytest.mark.docker
 async def test_no_container_is_left_behind(
     tmp_path: Path, job_image: str, runtime: ContainerRuntime, docker_client: Any
 ) -> None:
@@ -62,12 +64,14 @@ async def test_no_container_is_left_behind(
     assert docker_client.containers.list(all=True, filters={"label": f"{LABEL_HOST}=containers-test"}) == []
 
 
+@pytest.mark.docker
 async def test_the_timeout_stops_the_container(tmp_path: Path, job_image: str, runtime: ContainerRuntime) -> None:
     spec = spec_for(tmp_path, job_image, {"demoSleep": 60}, timeout_s=1)
     end = await runtime.run(spec, capture=False, abort=asyncio.Event())
     assert end.timed_out and not end.aborted and end.exit_code != 0
 
 
+@pytest.mark.docker
 async def test_an_abort_stops_the_container(tmp_path: Path, job_image: str, runtime: ContainerRuntime) -> None:
     abort = asyncio.Event()
     asyncio.get_running_loop().call_later(1.0, abort.set)
@@ -75,6 +79,7 @@ async def test_an_abort_stops_the_container(tmp_path: Path, job_image: str, runt
     assert end.aborted and not end.timed_out
 
 
+@pytest.mark.docker
 async def test_labels_name_the_job_and_this_host(
     tmp_path: Path, job_image: str, runtime: ContainerRuntime, docker_client: Any
 ) -> None:
@@ -107,6 +112,7 @@ def test_an_unreachable_daemon_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_
         ContainerRuntime.connect("h", 1)
 
 
+@pytest.mark.docker
 async def test_the_boot_reaper_removes_this_hosts_strays_only(docker_client: Any, job_image: str) -> None:
     def stray(host: str, fleet: str) -> Any:
         return docker_client.containers.create(job_image, labels={LABEL_HOST: host, LABEL_FLEET: fleet})

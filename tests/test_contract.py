@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 
 from pi_dispatch.contract import GENERATED, generated
 from pi_dispatch.hostvars import PREFIX, host_forms
+from pi_dispatch.patterns import whole_number_pattern
 from pi_dispatch.profiles import _parse
-from pi_dispatch.setting_types import whole_number_pattern
-from pi_dispatch.settings import HostFacts, WorkerSettings, load_settings, variables
+from pi_dispatch.settings import WorkerSettings, load_settings, variables
+from pi_dispatch.settings_sources import HostFacts
 from tests.helpers import run_cli
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"

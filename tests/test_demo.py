@@ -33,6 +33,9 @@ def run_demo() -> tuple[int, str]:
     return code, out.getvalue()
 
 
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
 def test_the_demo_runs_the_example_fleet_and_leaves_nothing_behind(job_image: str, valkey_url: str) -> None:
     before = worker_processes()
     code, text = run_demo()
@@ -55,6 +58,8 @@ def test_the_demo_runs_the_example_fleet_and_leaves_nothing_behind(job_image: st
     assert worker_processes() == before
 
 
+@pytest.mark.redis
+@pytest.mark.slow
 def test_without_docker_the_demo_says_so_and_still_routes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
     code, text = run_demo()

@@ -19,6 +19,8 @@ from pi_dispatch import capabilities, mirror
 from pi_dispatch.jscompat import MISSING, get, js_json
 from tests.seedjs import extract_seed_modules, node_binary, run_seed
 
+pytestmark = [pytest.mark.node]
+
 SEED = 20261130
 CASES_PER_FUNCTION = {
     "routeForgeJob": 2500,

@@ -17,7 +17,8 @@ import redis.asyncio as aioredis
 from pi_dispatch.demo import worker_environment
 from pi_dispatch.findings import CODES
 from pi_dispatch.inventory import load_inventory
-from pi_dispatch.settings import variables
+from pi_dispatch.reasons import Reason
+from pi_dispatch.settings import fields_by_variable, host_variable, variables
 from tests.workers import running_worker, settings_of
 
 REPO = Path(__file__).resolve().parent.parent
@@ -72,6 +73,9 @@ def run(command: str, valkey_url: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_every_command_in_the_guide_runs(
     valkey_url: str, client: aioredis.Redis, job_image: str, tmp_path: Path
 ) -> None:
@@ -90,6 +94,13 @@ def test_the_guide_lists_every_finding_code_and_setting() -> None:
     text = GUIDE.read_text()
     assert [code for code in CODES if f"| `{code}` |" not in text] == []
     assert [variable for variable in variables() if f"| `{variable}` |" not in text] == []
+
+
+def test_the_guide_names_each_settings_host_variable_and_every_reason() -> None:
+    text = GUIDE.read_text()
+    for variable, (name, info) in fields_by_variable().items():
+        assert f"| `{variable}` | `{host_variable(name, info)}` |" in text, variable
+    assert [reason for reason in Reason if f"| `{reason}` |" not in text] == []
 
 
 @pytest.mark.parametrize("command", ["./dev demo", "./dev test"])

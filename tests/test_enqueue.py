@@ -152,6 +152,7 @@ def test_semantic_dedup_ids(kind: str, job: dict[str, Any], expected: str) -> No
     assert semantic_dedup_id(kind, job) == expected
 
 
+@pytest.mark.redis
 async def test_enqueue_routes_adds_with_reference_options_and_dedups(
     valkey_url: str, client: aioredis.Redis, fleet: None
 ) -> None:
@@ -209,6 +210,7 @@ def test_job_options_are_the_references() -> None:
     }
 
 
+@pytest.mark.redis
 async def test_enqueue_command(valkey_url: str, client: aioredis.Redis, tmp_path: Any, fleet: None) -> None:
     from tests.helpers import run_cli
 
@@ -238,6 +240,7 @@ async def test_enqueue_command(valkey_url: str, client: aioredis.Redis, tmp_path
     assert refused.returncode == 2 and "deliveryId" in refused.stderr
 
 
+@pytest.mark.redis
 async def test_an_add_to_a_hung_server_stays_bounded(valkey_url: str, client: aioredis.Redis) -> None:
     enqueuer = Enqueuer(valkey_url, ForgeRouter(lambda: asyncio.sleep(0, [])), add_timeout_s=0.5)
     job = {"trigger": {"deliveryId": "hung-1"}, "repo": "acme/app", "target": {"type": "issue", "number": 1}}
@@ -254,6 +257,7 @@ async def test_an_add_to_a_hung_server_stays_bounded(valkey_url: str, client: ai
         await enqueuer.close()
 
 
+@pytest.mark.redis
 async def test_enqueue_command_authenticates_with_valkey_password(
     private_redis: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

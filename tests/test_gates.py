@@ -46,6 +46,7 @@ async def test_other_exits_are_retryable(tmp_path: Path, body: str) -> None:
         await resolve_reference(script(tmp_path, "r", body), "ref", 5)
 
 
+@pytest.mark.slow
 async def test_timeout_terminates_then_kills(tmp_path: Path) -> None:
     stubborn = script(tmp_path, "r", "trap '' TERM\nsleep 30")
     started = time.monotonic()
@@ -152,6 +153,7 @@ def gone(pid: int) -> bool:
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["resolver", "check"])
 async def test_a_timed_out_script_and_its_children_are_gone(tmp_path: Path, kind: str) -> None:
     pids = tmp_path / "pids"

@@ -129,6 +129,9 @@ def record(job_id: str, host: str, offset_s: int, **extra: Any) -> dict[str, Any
     }
 
 
+@pytest.mark.node
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_python_writes_node_reads(
     valkey_url: str, client: aioredis.Redis, node_mirror: tuple[str, Path, Path]
 ) -> None:
@@ -141,6 +144,9 @@ async def test_python_writes_node_reads(
     assert read["runs"] == written
 
 
+@pytest.mark.node
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_node_writes_python_reads(
     valkey_url: str, client: aioredis.Redis, node_mirror: tuple[str, Path, Path]
 ) -> None:
@@ -154,6 +160,9 @@ async def test_node_writes_python_reads(
     assert 7 * 86_400_000 - 60_000 < await client.pttl("runs:index") <= 7 * 86_400_000
 
 
+@pytest.mark.node
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_both_writers_store_the_same_bytes_and_score(
     valkey_url: str, client: aioredis.Redis, node_mirror: tuple[str, Path, Path]
 ) -> None:
@@ -172,6 +181,10 @@ def run_node_fleet(node_mirror: tuple[str, Path, Path], url: str, mode: str, pay
     return run_script(node, harness.parent / "fleet.mjs", harness.parent / "capabilities.mjs", url, mode, payload)
 
 
+@pytest.mark.docker
+@pytest.mark.node
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_a_node_producer_and_reader_share_a_fleet_with_a_python_worker(
     node_mirror: tuple[str, Path, Path],
     tmp_path: Path,

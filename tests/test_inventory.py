@@ -13,7 +13,8 @@ from pi_dispatch.envfile import parse_env_text
 from pi_dispatch.errors import ConfigError
 from pi_dispatch.hostvars import PREFIX, InventoryHost, env_values, find_host, render_host_env
 from pi_dispatch.inventory import load_inventory
-from pi_dispatch.settings import HostFacts, load_settings
+from pi_dispatch.settings import load_settings
+from pi_dispatch.settings_sources import HostFacts
 from tests.helpers import run_cli
 
 INVENTORY = Path(__file__).parent / "data" / "inventory"

@@ -87,6 +87,7 @@ def test_hosts_in() -> None:
     assert hosts_in(None) == []
 
 
+@pytest.mark.redis
 async def test_mirror_writes_exact_bytes_ttl_and_score(client: aioredis.Redis) -> None:
     record = rec("job-1", tokens={"total": 10})
     mirror = RunMirror(client, 7, now=lambda: NOW)
@@ -97,6 +98,7 @@ async def test_mirror_writes_exact_bytes_ttl_and_score(client: aioredis.Redis) -
     assert 7 * DAY - 5_000 < await client.pttl(RUNS_INDEX) <= 7 * DAY
 
 
+@pytest.mark.redis
 async def test_mirror_trims_by_count(client: aioredis.Redis) -> None:
     mirror = RunMirror(client, 90, now=lambda: NOW + 10 * 60_000, index_max=3)
     for minute in range(6):
@@ -104,17 +106,20 @@ async def test_mirror_trims_by_count(client: aioredis.Redis) -> None:
     assert sorted(await client.zrange(RUNS_INDEX, 0, -1)) == [b"j3", b"j4", b"j5"]
 
 
+@pytest.mark.redis
 async def test_mirror_trims_by_age(client: aioredis.Redis) -> None:
     await client.zadd(RUNS_INDEX, {"ancient": NOW - 40 * DAY})
     assert await RunMirror(client, 7, now=lambda: NOW).mirror(rec("fresh"), "fresh")
     assert await client.zrange(RUNS_INDEX, 0, -1) == [b"fresh"]
 
 
+@pytest.mark.redis
 async def test_mirror_scores_an_undatable_record_now(client: aioredis.Redis) -> None:
     assert await RunMirror(client, 7, now=lambda: NOW).mirror({"jobId": "u", "endedAt": "soon"}, "u")
     assert await client.zscore(RUNS_INDEX, "u") == NOW
 
 
+@pytest.mark.redis
 async def test_mirror_refuses_missing_parts(client: aioredis.Redis) -> None:
     mirror = RunMirror(client, 7)
     assert await mirror.mirror(None, "x") is False
@@ -132,6 +137,7 @@ async def test_mirror_failure_logs_once_per_outage() -> None:
     await dead.aclose()
 
 
+@pytest.mark.redis
 async def test_mirror_against_a_hung_server_returns_within_its_bound(valkey_url: str, client: aioredis.Redis) -> None:
     hung = connect(valkey_url, timeout_s=30)
     await hung.ping()  # an established connection that then stops answering
@@ -146,6 +152,7 @@ async def test_mirror_against_a_hung_server_returns_within_its_bound(valkey_url:
         await hung.aclose()
 
 
+@pytest.mark.redis
 async def test_read_counts_round_trips(valkey_url: str, client: aioredis.Redis) -> None:
     mirror = RunMirror(client, 7, now=lambda: NOW)
     for i in range(20):
@@ -160,6 +167,7 @@ async def test_read_counts_round_trips(valkey_url: str, client: aioredis.Redis) 
     assert after - before - 1 == 2  # ZREVRANGEBYSCORE + MGET; the first INFO is counted in `after`
 
 
+@pytest.mark.redis
 async def test_read_prunes_expired_and_unparseable(client: aioredis.Redis) -> None:
     await RunMirror(client, 7, now=lambda: NOW).mirror(rec("alive"), "alive")
     await client.zadd(RUNS_INDEX, {"gone": NOW, "junk": NOW, "nan": NOW})
@@ -171,6 +179,7 @@ async def test_read_prunes_expired_and_unparseable(client: aioredis.Redis) -> No
     assert await client.zrange(RUNS_INDEX, 0, -1) == [b"alive"]
 
 
+@pytest.mark.redis
 async def test_read_states(client: aioredis.Redis) -> None:
     assert await read_mirrored_runs(client) == type(await read_mirrored_runs(None))([], "off")
     mirror = RunMirror(client, 7, now=lambda: NOW)

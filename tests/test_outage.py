@@ -7,12 +7,16 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from pi_dispatch.events import Recorder
 from pi_dispatch.history import RunRecorder, read_records
 from pi_dispatch.mirror import RunMirror, read_mirrored_runs
 from pi_dispatch.registry import HostRegistry, LiveHosts, read_live_hosts
 from pi_dispatch.valkey import connect
 from tests.helpers import RedisServer
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 
 def run(job_id: str) -> dict[str, str]:

@@ -21,6 +21,7 @@ def decoded(row: dict[bytes, bytes]) -> dict[str, str]:
     return {key.decode(): value.decode() for key, value in row.items()}
 
 
+@pytest.mark.redis
 async def test_start_writes_the_row_and_membership(client: aioredis.Redis) -> None:
     registry = HostRegistry(client, "mini1", now=lambda: NOW)
     assert await registry.start({"version": "1.7.0", "concurrency": 3})
@@ -32,6 +33,7 @@ async def test_start_writes_the_row_and_membership(client: aioredis.Redis) -> No
     await registry.close()
 
 
+@pytest.mark.redis
 async def test_publish_is_one_round_trip_and_refreshes_ttl(valkey_url: str, client: aioredis.Redis) -> None:
     own = connect(valkey_url)
     registry = HostRegistry(own, "mini1")
@@ -49,6 +51,7 @@ async def test_publish_is_one_round_trip_and_refreshes_ttl(valkey_url: str, clie
     await own.aclose()
 
 
+@pytest.mark.redis
 async def test_thunks_are_reevaluated_every_beat(client: aioredis.Redis) -> None:
     profiles = {"prod": "/opt/vault/read.sh"}
     slots = [3]
@@ -69,6 +72,7 @@ async def test_thunks_are_reevaluated_every_beat(client: aioredis.Redis) -> None
     await registry.close()
 
 
+@pytest.mark.redis
 async def test_path_like_values_are_dropped_and_logged_once(client: aioredis.Redis) -> None:
     log = Recorder()
     registry = HostRegistry(client, "mini1", log=log)
@@ -106,6 +110,7 @@ async def test_unreachable_is_logged_once_and_never_raises() -> None:
     await dead.aclose()
 
 
+@pytest.mark.redis
 async def test_a_healthy_registry_never_logs_restored(client: aioredis.Redis) -> None:
     log = Recorder()
     registry = HostRegistry(client, "mini1", log=log)
@@ -115,6 +120,7 @@ async def test_a_healthy_registry_never_logs_restored(client: aioredis.Redis) ->
     assert "host_registry_restored" not in log.names()
 
 
+@pytest.mark.redis
 async def test_close_removes_row_and_member_and_is_idempotent(client: aioredis.Redis) -> None:
     registry = HostRegistry(client, "mini1")
     await registry.start({})
@@ -126,6 +132,7 @@ async def test_close_removes_row_and_member_and_is_idempotent(client: aioredis.R
     assert await client.exists("host:h:mini1") == 0
 
 
+@pytest.mark.redis
 async def test_a_beat_in_flight_cannot_resurrect_a_closed_row(valkey_url: str, client: aioredis.Redis) -> None:
     own = connect(valkey_url, timeout_s=5)
     await own.ping()
@@ -142,6 +149,7 @@ async def test_a_beat_in_flight_cannot_resurrect_a_closed_row(valkey_url: str, c
     await own.aclose()
 
 
+@pytest.mark.redis
 async def test_hung_server_start_and_close_stay_bounded(valkey_url: str, client: aioredis.Redis) -> None:
     log = Recorder()
     hung = connect(valkey_url, timeout_s=30)
@@ -160,6 +168,7 @@ async def test_hung_server_start_and_close_stay_bounded(valkey_url: str, client:
         await hung.aclose()
 
 
+@pytest.mark.redis
 async def test_reader_prunes_ghosts_and_derives_staleness(client: aioredis.Redis) -> None:
     registry = HostRegistry(client, "mini1", now=lambda: NOW)
     await registry.start({})
@@ -172,6 +181,7 @@ async def test_reader_prunes_ghosts_and_derives_staleness(client: aioredis.Redis
     await registry.close()
 
 
+@pytest.mark.redis
 async def test_reader_prune_false_keeps_the_ghost(client: aioredis.Redis) -> None:
     await client.sadd("host:live", "ghost")
     assert await read_live_hosts(client, prune=False) == LiveHosts([])
@@ -180,6 +190,7 @@ async def test_reader_prune_false_keeps_the_ghost(client: aioredis.Redis) -> Non
     assert await client.smembers("host:live") == set()
 
 
+@pytest.mark.redis
 async def test_reader_empty_and_unreachable_are_different_answers(client: aioredis.Redis) -> None:
     assert await read_live_hosts(client) == LiveHosts([])
     dead = connect("redis://127.0.0.1:1/0", timeout_s=0.2)
@@ -188,6 +199,7 @@ async def test_reader_empty_and_unreachable_are_different_answers(client: aiored
     assert isinstance(result, Unreachable) and result.reason
 
 
+@pytest.mark.redis
 async def test_reader_clamps_a_clock_ahead_and_keeps_unknown_fields(client: aioredis.Redis) -> None:
     registry = HostRegistry(client, "mini1", now=lambda: NOW + 60_000)
     await registry.start({"jobs": "[]", "fpUsd": "abcd"})
@@ -198,6 +210,7 @@ async def test_reader_clamps_a_clock_ahead_and_keeps_unknown_fields(client: aior
     await registry.close()
 
 
+@pytest.mark.redis
 @pytest.mark.parametrize("beat", [None, "", "  ", "yesterday"])
 async def test_an_undatable_peer_row_is_never_live(client: aioredis.Redis, beat: str | None) -> None:
     peer = {"name": "mini1", "caps": "s:prod", "routes": "true"}
@@ -212,6 +225,7 @@ async def test_an_undatable_peer_row_is_never_live(client: aioredis.Redis, beat:
     assert route_forge_job(result.hosts, ["s:prod"], "gh-d-1") is None
 
 
+@pytest.mark.redis
 async def test_reader_uses_member_when_the_row_has_no_name(client: aioredis.Redis) -> None:
     await client.hset("host:h:lonely", mapping={"beatAt": str(NOW), "caps": "w:ci"})
     await client.sadd("host:live", "lonely")

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pi_dispatch.errors import ConfigError
-from pi_dispatch.settings import HostFacts, load_settings
+from pi_dispatch.settings import load_settings
+from pi_dispatch.settings_sources import HostFacts
 from tests.helpers import run_cli
 
 FACTS = HostFacts(hostname="Robs-Mac-Mini.local", home=Path("/home/rob"), euid=1000)

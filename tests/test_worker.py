@@ -24,7 +24,6 @@ from pi_dispatch.enqueue import Enqueuer, ForgeRouter, registry_reader
 from pi_dispatch.history import read_records
 from pi_dispatch.keys import HOST_LIVE, host_queue_name, host_row_key
 from pi_dispatch.mirror import read_mirrored_runs
-from pi_dispatch.waitgate import wait_target
 from pi_dispatch.waits import HOLD_KEY
 from tests.helpers import RedisServer, run_cli
 from tests.workers import (
@@ -62,6 +61,9 @@ def record_of(logs_dir: Path, job_id: str) -> dict[str, Any]:
     return json.loads((logs_dir / f"{job_id}.json").read_text())
 
 
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_a_fleet_routes_by_capability_and_spreads_the_rest(
     tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
 ) -> None:
@@ -116,6 +118,9 @@ async def test_a_fleet_routes_by_capability_and_spreads_the_rest(
             assert record_of(w1.logs_dir, job_id)["host"] == "mini1"
 
 
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_a_secret_reaches_the_container_as_env_and_nowhere_else(
     tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
 ) -> None:
@@ -137,6 +142,9 @@ async def test_a_secret_reaches_the_container_as_env_and_nowhere_else(
     assert not [text for text in everything if value in text or resolver in text]
 
 
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_undeclared_profiles_are_refused_once_and_never_retried(
     tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
 ) -> None:
@@ -165,6 +173,9 @@ async def test_undeclared_profiles_are_refused_once_and_never_retried(
     assert not [name for name in w.events.names() if name == "wait_hold"]
 
 
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_exit_2_is_policy_and_not_retried_exit_1_is_retried(
     tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
 ) -> None:
@@ -195,6 +206,9 @@ async def test_exit_2_is_policy_and_not_retried_exit_1_is_retried(
     assert ok.returnvalue["exitCode"] == 0 and record_of(w.logs_dir, "gh-0")["outcome"] == "completed"
 
 
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_a_job_over_its_timeout_is_stopped_and_not_retried(
     tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
 ) -> None:
@@ -206,6 +220,9 @@ async def test_a_job_over_its_timeout_is_stopped_and_not_retried(
     assert record_of(w.logs_dir, "gh-t")["reason"] == "job-timeout"
 
 
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_hostile_job_data_never_crashes_the_worker(
     tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
 ) -> None:
@@ -234,6 +251,9 @@ async def test_hostile_job_data_never_crashes_the_worker(
     assert len(read_records(w.logs_dir)) == len(hostile) + 1
 
 
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_wait_holds_are_delayed_jobs_that_spend_no_attempt(
     tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
 ) -> None:
@@ -281,15 +301,9 @@ async def test_wait_holds_are_delayed_jobs_that_spend_no_attempt(
     assert record_of(w.logs_dir, "gh-flaky")["reason"] == "wait-unanswerable"
 
 
-def test_wait_target_is_the_id_only_label() -> None:
-    assert wait_target(forge_job(7)) == "acme/app#7"
-    assert wait_target({**forge_job(7), "kind": "gitlab", "target": {"type": "pull_request", "number": 7}}) == (
-        "acme/app!7"
-    )
-    assert wait_target({"kind": "local", "folder": "/x"}) is None
-    assert wait_target({**forge_job(7), "target": {"number": True}}) is None
-
-
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_sigterm_drains_running_jobs_and_removes_the_row(
     tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
 ) -> None:
@@ -318,6 +332,9 @@ async def test_sigterm_drains_running_jobs_and_removes_the_row(
     assert "drain_grace_over" in log.read_text()
 
 
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_a_sigkilled_workers_job_is_recovered_and_runs_elsewhere(
     tmp_path: Path,
     valkey_url: str,
@@ -346,6 +363,9 @@ async def test_a_sigkilled_workers_job_is_recovered_and_runs_elsewhere(
             container.remove(force=True)
 
 
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_the_worker_survives_a_valkey_outage_and_finishes_the_queue(tmp_path: Path, job_image: str) -> None:
     server = RedisServer(tmp_path / "store", persist=True)
     (tmp_path / "store").mkdir()
@@ -371,6 +391,7 @@ async def test_the_worker_survives_a_valkey_outage_and_finishes_the_queue(tmp_pa
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_config_error_exits_2_before_anything_connects(tmp_path: Path) -> None:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -407,20 +428,9 @@ def test_the_worker_never_logs_a_profile_path(tmp_path: Path) -> None:
     assert os.sep + "r" not in summary
 
 
-def test_job_dirs_hold_the_event_and_no_secret_and_are_cleared_per_worker(tmp_path: Path) -> None:
-    from pi_dispatch.jobdirs import clear_job_dirs, write_job_dir
-
-    job = forge_job(5, secretsProfile="prod", secrets={"TOKEN": "vault/ref"}, waitFor=[{"profile": "ci"}])
-    mine = write_job_dir(tmp_path, "mini1", "gh-5", job)
-    theirs = write_job_dir(tmp_path, "mini2", "gh-5", job)
-    assert json.loads((mine / "event.json").read_text()) == job["trigger"]
-    fields = json.loads((mine / "job.json").read_text())
-    assert fields["repo"] == "acme/app" and not {"secrets", "secretsProfile", "waitFor"} & set(fields)
-    assert "vault/ref" not in (mine / "job.json").read_text()
-    assert clear_job_dirs(tmp_path, "mini1") == 1
-    assert not mine.exists() and theirs.exists()
-
-
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_concurrency_bounds_the_machine_across_both_queues(
     tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
 ) -> None:
@@ -438,6 +448,7 @@ async def test_concurrency_bounds_the_machine_across_both_queues(
     assert not list(w.logs_dir.glob("*.log"))  # raw output is kept only with PI_CAPTURE_JOB_LOGS=1
 
 
+@pytest.mark.slow
 def test_without_docker_the_worker_exits_1_so_systemd_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
     env_file = tmp_path / "worker.env"

@@ -15,7 +15,8 @@ from typing import Any
 
 from pi_dispatch.containers import ContainerRuntime
 from pi_dispatch.events import Recorder
-from pi_dispatch.settings import HostFacts, WorkerSettings, load_settings
+from pi_dispatch.settings import WorkerSettings, load_settings
+from pi_dispatch.settings_sources import HostFacts
 from pi_dispatch.valkey import fleet_id
 from pi_dispatch.worker import Worker
 
