@@ -13,12 +13,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from pi_dispatch.capabilities import CAP_SECRET, job_needs
-from pi_dispatch.drift import live_findings
+from pi_dispatch.drift import live_findings, queue_findings
 from pi_dispatch.findings import CODES, SEVERITIES, Finding, Report, Severity
-from pi_dispatch.fleet import FleetHost
+from pi_dispatch.fleet import FleetHost, HostQueue
 from pi_dispatch.hostvars import PREFIX, InventoryHost, host_problems
 from pi_dispatch.profiles import DEFAULT_SECRET_PROFILE
 from pi_dispatch.reasons import Reason
+from pi_dispatch.settings import rehome_after_ms
 from pi_dispatch.triggers import Trigger
 
 __all__ = ["CODES", "SEVERITIES", "Finding", "Report", "Severity", "audit"]
@@ -250,6 +251,8 @@ def audit(
     live_rows: Sequence[Mapping[str, object]] | None = None,
     live_state: str = "off",
     simulate_down: Iterable[str] = (),
+    host_queues: Sequence[HostQueue] = (),
+    now_ms: int = 0,
 ) -> Report:
     """The whole audit. live_rows None means --live was not asked for (or the registry was unreachable)."""
     fleet = [FleetHost.of_inventory(host) for host in hosts]
@@ -264,6 +267,11 @@ def audit(
         drift, live_down = live_findings(fleet, live_rows, liveness)
         findings += drift
         down |= live_down
+        after = {
+            host.worker_name: rehome_after_ms(inventory.declared("rehome_after_ms"))
+            for host, inventory in zip(fleet, hosts, strict=True)
+        }
+        findings += queue_findings(host_queues, defaultdict(lambda: rehome_after_ms(None), after), now_ms)
     findings += _placement_findings(triggers, fleet, down, liveness)
     order = {severity: rank for rank, severity in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (order[f.severity], f.code, f.subject))

@@ -81,8 +81,8 @@ def job_needs(job: object) -> list[str]:
     return js_sorted(needs)
 
 
-def _is_live(host: object, fresh_ms: float) -> bool:
-    # An undatable row (no staleMs) is not evidence of life.
+def is_live(host: object, fresh_ms: float = ROUTE_FRESH_MS) -> bool:
+    """Whether a reader's host beat recently enough to be routed to; an undatable row is not evidence of life."""
     stale = js_number(get(host, "staleMs"))
     return finite(stale) and stale <= fresh_ms
 
@@ -114,7 +114,7 @@ def route_forge_job(hosts: object, needs: object, job_id: object, *, fresh_ms: f
         return None
     if not isinstance(hosts, list) or not hosts:
         return None
-    live = [host for host in hosts if _is_live(host, fresh_ms)]
+    live = [host for host in hosts if is_live(host, fresh_ms)]
     if not live:
         return None
     capable = [host for host in live if _serves(parse_caps(get(host, "caps")), needs)]
@@ -148,7 +148,7 @@ class RouteTable:
             [
                 (frozenset(parse_caps(get(host, "caps"))), _routable_name(host))
                 for host in hosts
-                if _is_live(host, fresh_ms)
+                if is_live(host, fresh_ms)
             ]
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import asdict
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -197,8 +198,10 @@ def audit(
 ) -> None:
     """Every trigger whose jobs would be refused or misplaced, and the drift between inventory and fleet."""
     from pi_dispatch.audit import audit as run_audit
+    from pi_dispatch.clock import wall_ms
+    from pi_dispatch.fleet import HostQueue
     from pi_dispatch.inventory import load_inventory
-    from pi_dispatch.operations import print_report, read_registry, valkey_url
+    from pi_dispatch.operations import print_report, read_fleet, valkey_url
     from pi_dispatch.triggers import load_triggers
 
     hosts = load_inventory(inventory)
@@ -219,13 +222,21 @@ def audit(
         declared = {host.declared("triggers_file") for host in hosts} - {None}
         files = [Path(str(path)) for path in sorted(declared, key=str) if Path(str(path)).is_file()]
     loaded = [trigger for path in files for trigger in load_triggers(path)]
-    rows, state = None, "off"
+    rows, state, host_queues = None, "off", list[HostQueue]()
     if live or url:
-        result = read_registry(valkey_url(url))
+        result, host_queues = read_fleet(valkey_url(url))
         rows, state = (
             (result.hosts, "ok") if isinstance(result, LiveHosts) else (None, f"unreachable ({result.reason})")
         )
-    report = run_audit(hosts, loaded, live_rows=rows, live_state=state, simulate_down=simulate_down or [])
+    report = run_audit(
+        hosts,
+        loaded,
+        live_rows=rows,
+        live_state=state,
+        simulate_down=simulate_down or [],
+        host_queues=host_queues,
+        now_ms=wall_ms(),
+    )
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
     else:
@@ -298,18 +309,32 @@ def enqueue(
 
 
 @app.command()
-def hosts(url: ValkeyUrlOption = None, as_json: JsonOption = False) -> None:
-    """The live host registry: name, routes, caps, staleness, version, tz."""
-    from pi_dispatch.operations import print_hosts, read_registry, valkey_url
+def hosts(
+    url: ValkeyUrlOption = None,
+    as_json: JsonOption = False,
+    queues: Annotated[bool, typer.Option("--queues", help="With --json: the host queues instead of the rows.")] = False,
+) -> None:
+    """The live host registry (name, routes, caps, staleness, version, tz) and each named host's queue."""
+    from pi_dispatch.clock import wall_ms
+    from pi_dispatch.operations import print_host_queues, print_hosts, read_fleet, valkey_url
+    from pi_dispatch.settings import rehome_after_ms
 
-    result = read_registry(valkey_url(url))
+    result, host_queues = read_fleet(valkey_url(url))
     if isinstance(result, Unreachable):
         errors.print(f"[red]registry unreachable[/red]: {escape(result.reason)}")
         raise typer.Exit(ExitStatus.FAILURE)
-    if as_json:
+    after_ms, now_ms = rehome_after_ms(None), wall_ms()
+    if as_json and queues:
+        listed = [
+            {**asdict(queue), "rehomeAt": queue.due_ms(after_ms), "rehomeAfterMs": after_ms} for queue in host_queues
+        ]
+        sys.stdout.write(json.dumps(listed, indent=2) + "\n")
+    elif as_json:
         sys.stdout.write(json.dumps(result.hosts, indent=2) + "\n")
     else:
         print_hosts(console, result.hosts)
+        if host_queues:
+            print_host_queues(console, host_queues, after_ms, now_ms)
 
 
 @app.command()

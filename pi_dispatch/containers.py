@@ -30,6 +30,9 @@ LABEL_ATTEMPT: Final = "dev.pi-dispatch.attempt"
 LABEL_FLEET: Final = "dev.pi-dispatch.fleet"
 STOP_GRACE_S: Final = 10
 PIDS_LIMIT: Final = 4096
+REATTACH_POLL_S: Final = 1.0
+TIMEOUT_SLACK_S: Final = 0.5  # how early a dropped wait still counts as the job's own timeout
+
 
 T = TypeVar("T")
 
@@ -54,6 +57,20 @@ class ContainerSpec:
     memory_mb: int
     cpus: float
     timeout_s: float
+    network: str | None = None  # the daemon's default when None
+
+
+@dataclass
+class StopRequest:
+    """Asks a job's running container to stop: after a grace (a drain), or at once (a fenced job)."""
+
+    requested: asyncio.Event = field(default_factory=asyncio.Event)
+    grace_s: float = STOP_GRACE_S
+
+    def request(self, grace_s: float) -> None:
+        """Ask for a stop; the shortest grace asked for wins."""
+        self.grace_s = min(self.grace_s, grace_s) if self.requested.is_set() else grace_s
+        self.requested.set()
 
 
 @dataclass(frozen=True)
@@ -97,6 +114,14 @@ class ContainerRuntime:
     async def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, partial(function, *args, **kwargs))
 
+    async def ping(self, timeout_s: float = 5.0) -> bool:
+        """Whether the daemon answers within timeout_s."""
+        try:
+            await asyncio.wait_for(self._call(self.client.ping), timeout_s)
+        except (TimeoutError, docker.errors.DockerException, requests.exceptions.RequestException):
+            return False
+        return True
+
     async def image_id(self, image: str) -> str | None:
         """The local image id (`sha256:…`), or None when the image is not here or Docker is down."""
         try:
@@ -128,12 +153,12 @@ class ContainerRuntime:
             self.log("containers_reaped", {"count": removed})
         return removed
 
-    def _create(self, spec: ContainerSpec, *, keep: bool) -> Any:
+    def _create(self, spec: ContainerSpec) -> Any:
         return self.client.containers.create(
             spec.image,
-            # with no output to read back, the daemon removes the container as it exits: one call fewer
-            auto_remove=not keep,
-            # a real PID 1 forwards the stop signal to the job and reaps its zombies, so a stop takes effect
+            # Removed by us once its end is read, never auto-removed: a daemon restarting with live-restore kills
+            # and drops an auto-remove container, where a plain one keeps running and is found again.
+            # A real PID 1 forwards the stop signal to the job and reaps its zombies, so a stop takes effect
             # at once instead of after STOP_GRACE_S
             init=True,
             environment=dict(spec.environment),
@@ -144,6 +169,7 @@ class ContainerRuntime:
                 LABEL_ATTEMPT: str(spec.attempt),
             },
             mem_limit=f"{spec.memory_mb}m",
+            network_mode=spec.network,
             nano_cpus=round(spec.cpus * 1e9),
             pids_limit=PIDS_LIMIT,
             security_opt=["no-new-privileges"],
@@ -151,66 +177,42 @@ class ContainerRuntime:
             detach=True,
         )
 
-    async def run(self, spec: ContainerSpec, *, capture: bool, abort: asyncio.Event) -> ContainerEnd:
+    async def run(self, spec: ContainerSpec, *, capture: bool, stop: StopRequest) -> ContainerEnd:
         """Create, start and wait for the job's container, then remove it.
 
-        The timeout and an abort (the worker draining) both stop the container: SIGTERM, then SIGKILL
-        after STOP_GRACE_S. Raises ImageMissing, or DockerUnavailable for a daemon failure.
+        The timeout stops the container (SIGTERM, then SIGKILL after STOP_GRACE_S); so does a stop request,
+        after its own grace (none for a fenced job). A daemon that goes away mid-job is waited for until the job's
+        timeout, and the container found again (live-restore) rather than left running beside a retry. Raises
+        ImageMissing, or DockerUnavailable for a daemon failure.
         """
         try:
-            container = await self._call(self._create, spec, keep=capture)
+            container = await self._call(self._create, spec)
         except docker.errors.ImageNotFound as error:
             raise ImageMissing(f"the image {spec.image} is not on this host") from error
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
             raise DockerUnavailable(f"the container could not be created ({type(error).__name__})") from error
         try:
-            end = await self._run_created(container, spec, capture=capture, abort=abort)
-        except BaseException:
+            return await self._run_created(container, spec, capture=capture, stop=stop)
+        finally:
             await self._remove(container, spec)
-            raise
-        if capture:
-            await self._remove(container, spec)
-        return end
 
     async def _remove(self, container: Any, spec: ContainerSpec) -> None:
         try:
             await self._call(container.remove, force=True)
         except docker.errors.NotFound:
-            pass  # the daemon removed it as it exited
+            pass  # gone already (a daemon restarted without live-restore drops its containers)
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             self.log("container_remove_failed", {"jobId": spec.job_id})
 
     async def _run_created(
-        self, container: Any, spec: ContainerSpec, *, capture: bool, abort: asyncio.Event
+        self, container: Any, spec: ContainerSpec, *, capture: bool, stop: StopRequest
     ) -> ContainerEnd:
         try:
             await self._call(container.start)
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
             raise DockerUnavailable(f"the container could not be started ({type(error).__name__})") from error
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        waiting = asyncio.ensure_future(self._call(container.wait, timeout=spec.timeout_s))
-        aborting = asyncio.ensure_future(abort.wait())
-        try:
-            await asyncio.wait({waiting, aborting}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            aborting.cancel()
-        timed_out = aborted = False
-        if not waiting.done():
-            aborted = True
-            await self._stop(container)
-        try:
-            status = await waiting
-        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as error:
-            # The SDK reports a read timeout on the wait as a connection error; a daemon that went away
-            # before the timeout is an infra failure, not the job's.
-            if loop.time() - started < spec.timeout_s * 0.9:
-                raise DockerUnavailable(f"the container's end was not seen ({type(error).__name__})") from error
-            timed_out = not aborted
-            await self._stop(container)
-            status = await self._final_status(container)
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
-            raise DockerUnavailable(f"the container's end was not seen ({type(error).__name__})") from error
+        deadline = asyncio.get_running_loop().time() + spec.timeout_s
+        status, timed_out, stopped = await self._await_end(container, spec, deadline, stop)
         code = status.get("StatusCode") if isinstance(status, Mapping) else None
         output = b""
         if capture:
@@ -219,12 +221,66 @@ class ContainerRuntime:
             except (docker.errors.DockerException, requests.exceptions.RequestException):
                 self.log("container_logs_unreadable", {"jobId": spec.job_id})
         return ContainerEnd(
-            code if isinstance(code, int) else None, timed_out=timed_out, aborted=aborted, output=output
+            code if isinstance(code, int) else None, timed_out=timed_out, aborted=stopped, output=output
         )
 
-    async def _stop(self, container: Any) -> None:
+    async def _await_end(
+        self, container: Any, spec: ContainerSpec, deadline: float, stop: StopRequest
+    ) -> tuple[Mapping[str, Any], bool, bool]:
+        """The container's end status, whether the timeout ended it, and whether a stop request did."""
+        loop = asyncio.get_running_loop()
+        stopped = False
+        while True:
+            waiting = asyncio.ensure_future(self._call(container.wait, timeout=max(0.1, deadline - loop.time())))
+            if not stopped:
+                stopping = asyncio.ensure_future(stop.requested.wait())
+                try:
+                    await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopping.cancel()
+                if not waiting.done():
+                    stopped = True
+                    await self._stop(container, stop.grace_s)
+            try:
+                return await waiting, False, stopped
+            except requests.exceptions.RequestException as error:
+                # The SDK reports a read timeout on the wait as a connection error; before the job's timeout a
+                # dropped wait (refused, reset, cut short) is the daemon going away, which is not the job's end.
+                if loop.time() >= deadline - TIMEOUT_SLACK_S:
+                    await self._stop(container, STOP_GRACE_S)
+                    return await self._final_status(container), not stopped, stopped
+                found = await self._reattach(container, spec, deadline, error)
+                if found is not None:
+                    return found, False, stopped
+            except docker.errors.DockerException as error:
+                raise DockerUnavailable(f"the container's end was not seen ({type(error).__name__})") from error
+
+    async def _reattach(
+        self, container: Any, spec: ContainerSpec, deadline: float, lost: Exception
+    ) -> Mapping[str, Any] | None:
+        """Wait for the daemon to answer again: None when the container still runs (wait for it again), its
+        status when it ended meanwhile. Raises DockerUnavailable when it is gone, or the daemon is not back by
+        the job's timeout."""
+        loop = asyncio.get_running_loop()
+        self.log("docker_lost_mid_job", {"jobId": spec.job_id, "reason": type(lost).__name__})
+        while loop.time() < deadline:
+            await asyncio.sleep(REATTACH_POLL_S)
+            try:
+                found = await self._call(self.client.containers.get, container.id)
+            except docker.errors.NotFound as error:
+                raise DockerUnavailable("the job's container did not survive the daemon's restart") from error
+            except (docker.errors.DockerException, requests.exceptions.RequestException):
+                continue
+            state = found.attrs.get("State") if isinstance(found.attrs, Mapping) else None
+            self.log("container_reattached", {"jobId": spec.job_id})
+            if isinstance(state, Mapping) and state.get("Running"):
+                return None
+            return {"StatusCode": state.get("ExitCode") if isinstance(state, Mapping) else None}
+        raise DockerUnavailable("the Docker daemon did not come back before the job's timeout") from lost
+
+    async def _stop(self, container: Any, grace_s: float) -> None:
         try:
-            await self._call(container.stop, timeout=STOP_GRACE_S)
+            await self._call(container.stop, timeout=grace_s)
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             self.log("container_stop_failed", {"container": container.short_id})
 

@@ -8,7 +8,8 @@ from typing import Final
 
 from pi_dispatch.capabilities import ROUTE_FRESH_MS
 from pi_dispatch.findings import Finding
-from pi_dispatch.fleet import FleetHost
+from pi_dispatch.fleet import FleetHost, HostQueue
+from pi_dispatch.jscompat import iso_string
 
 DOCTOR_STALE_MS: Final = 300_000
 
@@ -122,3 +123,26 @@ def live_findings(
             detail = "; ".join(f"{value}: {', '.join(sorted(names))}" for value, names in sorted(values.items()))
             findings.append(Finding(code, f"live {key}", detail, fix))
     return findings, down
+
+
+def queue_findings(queues: Sequence[HostQueue], after_ms: Mapping[str, int], now_ms: int) -> list[Finding]:
+    """A named host's queue that holds jobs while its host is silent: when they move, or that they move now."""
+    findings = []
+    for queue in queues:
+        due = queue.due_ms(after_ms[queue.host])
+        if due is None or queue.counts.total == 0 or queue.silent_since_ms is None:
+            continue
+        held = queue.counts.describe()
+        when = "on the next sweep (it is due)" if due <= now_ms else f"at {iso_string(due)}"
+        findings.append(
+            Finding(
+                "queue-silent-host",
+                f"queue {queue.queue}",
+                f"holds {held}; {queue.host} has been silent since {iso_string(queue.silent_since_ms)}, so its jobs "
+                f"move to the live fleet {when}",
+                f"bring {queue.host} back, or let its jobs move (the threshold is "
+                f"pi_dispatch_worker_rehome_after_ms on the hosts)",
+                (queue.host,),
+            )
+        )
+    return findings

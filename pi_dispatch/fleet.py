@@ -3,7 +3,8 @@
 One type says what placement needs of a host (how the operator names it, the worker name it publishes under,
 whether that name is declared, its capability tokens), and one function builds the heartbeat row peers route
 by. The worker, the demo, `route`, `hosts` and the audit all use these, so a name is derived one way only.
-Pure.
+A named host's queue, and since when its host has been silent, is here too: the re-homer acts on it, `hosts`
+and `audit --live` show it. Pure.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from pi_dispatch import __version__
-from pi_dispatch.capabilities import capability_tokens, parse_caps, serialize_caps
+from pi_dispatch.capabilities import capability_tokens, is_live, parse_caps, serialize_caps
 from pi_dispatch.hostvars import InventoryHost
-from pi_dispatch.jscompat import js_sorted
+from pi_dispatch.jscompat import finite, js_number, js_sorted
 from pi_dispatch.names import worker_name_of
 from pi_dispatch.settings import WorkerSettings
 
@@ -90,3 +91,50 @@ def heartbeat_row(
 def routing_view(host: FleetHost, row: Mapping[str, str]) -> dict[str, object]:
     """A row as a router reads it, for a host assumed live now: what `route --inventory` routes against."""
     return {**row, "name": host.worker_name, "staleMs": 0}
+
+
+def silent_since(row: Mapping[str, object] | None, stored: int | None, now_ms: int) -> int | None:
+    """Since when a named host has been without a live row: None while it is live; else its last beat, or the
+    earliest a peer saw it missing. Pure."""
+    if row is not None and is_live(row):
+        return None
+    stale = js_number(row.get("staleMs")) if row is not None else float("nan")
+    candidates = [stored] if stored is not None else []
+    if finite(stale):
+        candidates.append(now_ms - int(stale))
+    return min(candidates) if candidates else now_ms
+
+
+@dataclass(frozen=True)
+class QueueCounts:
+    waiting: int = 0
+    delayed: int = 0
+    prioritized: int = 0
+    active: int = 0
+
+    @property
+    def movable(self) -> int:
+        return self.waiting + self.delayed + self.prioritized
+
+    @property
+    def total(self) -> int:
+        return self.movable + self.active
+
+    def describe(self) -> str:
+        """`2 waiting, 1 delayed`: the states that hold a job, or `no jobs`."""
+        parts = [(self.waiting, "waiting"), (self.delayed, "delayed"), (self.prioritized, "prioritized")]
+        parts.append((self.active, "active"))
+        return ", ".join(f"{count} {state}" for count, state in parts if count) or "no jobs"
+
+
+@dataclass(frozen=True)
+class HostQueue:
+    """A named host's queue as the re-homer sees it: its jobs, and since when its host is silent (None: live)."""
+
+    queue: str
+    host: str
+    counts: QueueCounts
+    silent_since_ms: int | None
+
+    def due_ms(self, after_ms: int) -> int | None:
+        return None if self.silent_since_ms is None else self.silent_since_ms + after_ms

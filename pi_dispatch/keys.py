@@ -12,11 +12,26 @@ RUNS_INDEX: Final = "runs:index"
 RUN_RECORD_PREFIX: Final = "runs:rec:"
 SHARED_QUEUE: Final = "pi-jobs"
 BULL_PREFIX: Final = "bull"
+WAIT_CHECK_LEASE_PREFIX: Final = "wait:check:"
+# This port's own keys (a Node fleet neither reads nor writes them): the re-homing lease, and since when each
+# named host has been seen without a live row.
+REHOME_LEASE: Final = "rehome:lease"
+REHOME_SINCE_PREFIX: Final = "rehome:since:"
 
 
 def host_row_key(worker_name: str) -> str:
     """The hash holding one host's self-description."""
     return f"{HOST_ROW_PREFIX}{worker_name}"
+
+
+def rehome_since_key(worker_name: str) -> str:
+    """Since when (epoch ms) a named host has been seen without a live registry row."""
+    return f"{REHOME_SINCE_PREFIX}{worker_name}"
+
+
+def bull_key(queue: str, suffix: str) -> str:
+    """One of BullMQ's keys for a queue (`wait`, `delayed`, `marker`, ...), or a job's hash by its id."""
+    return f"{BULL_PREFIX}:{queue}:{suffix}"
 
 
 def run_record_key(sanitized_job_id: str) -> str:

@@ -13,10 +13,14 @@ from rich.console import Console
 from rich.table import Table
 
 from pi_dispatch.audit import SEVERITIES, Report
+from pi_dispatch.clock import wall_ms
 from pi_dispatch.errors import PiDispatchError
+from pi_dispatch.fleet import FleetHost, HostQueue
 from pi_dispatch.history import read_records
+from pi_dispatch.jscompat import iso_string
 from pi_dispatch.mirror import MirroredRuns, hosts_in, merge_runs, read_mirrored_runs
 from pi_dispatch.registry import LiveHosts, Unreachable, read_live_hosts
+from pi_dispatch.rehome import read_host_queues
 from pi_dispatch.valkey import DEFAULT_VALKEY_URL, connect, describe, with_password
 
 STYLE = {"error": "red", "warning": "yellow", "info": "green"}
@@ -37,6 +41,21 @@ async def _with_client(url: str, use: Callable[[Any], Any]) -> Any:
 
 def read_registry(url: str) -> LiveHosts | Unreachable:
     return asyncio.run(_with_client(url, read_live_hosts))  # type: ignore[no-any-return]
+
+
+async def _fleet(client: Any) -> tuple[LiveHosts | Unreachable, list[HostQueue]]:
+    live = await read_live_hosts(client)
+    if not isinstance(live, LiveHosts):
+        return live, []
+    try:
+        return live, await read_host_queues(client, live.hosts, wall_ms())
+    except (RedisError, OSError, TimeoutError):
+        return live, []
+
+
+def read_fleet(url: str) -> tuple[LiveHosts | Unreachable, list[HostQueue]]:
+    """The registry, and each named host's queue with since when its host is silent (empty when unreadable)."""
+    return asyncio.run(_with_client(url, _fleet))  # type: ignore[no-any-return]
 
 
 def read_mirror(url: str, limit: int) -> MirroredRuns:
@@ -101,20 +120,40 @@ def print_report(console: Console, report: Report) -> None:
 
 
 def print_hosts(console: Console, hosts: list[dict[str, object]]) -> None:
+    """The registry as every router reads it: the routes flag and the capability tokens a peer honours."""
     table = Table(title=f"Live registry ({len(hosts)} hosts)")
     for column in ("name", "routes", "caps", "stale", "version", "tz", "concurrency"):
         table.add_column(column)
     for host in hosts:
         stale = host.get("staleMs")
+        seen = FleetHost.of_row(host)
         table.add_row(
-            str(host.get("name")),
-            str(host.get("routes", "")),
-            str(host.get("caps", "")) or "-",
+            seen.name,
+            seen.routes,
+            seen.caps or "-",
             f"{int(stale) / 1000:.0f} s" if isinstance(stale, int) else "undatable",
             str(host.get("version", "")),
             str(host.get("tz", "")),
             str(host.get("concurrency", "")),
         )
+    console.print(table)
+
+
+def print_host_queues(console: Console, queues: list[HostQueue], after_ms: int, now_ms: int) -> None:
+    """Each named host's queue: what it holds, and when its jobs move if its host is silent."""
+    table = Table(
+        title=f"Host queues ({len(queues)}); a silent host's jobs move to the live fleet after {after_ms // 1000} s"
+    )
+    for column in ("queue", "jobs", "host", "re-homed"):
+        table.add_column(column)
+    for queue in queues:
+        due = queue.due_ms(after_ms)
+        if queue.silent_since_ms is None or due is None:
+            host, when = "live", "-"
+        else:
+            host = f"silent since {iso_string(queue.silent_since_ms)}"
+            when = "due now" if due <= now_ms else f"at {iso_string(due)} (in {(due - now_ms) // 1000} s)"
+        table.add_row(queue.queue, queue.counts.describe(), host, when)
     console.print(table)
 
 

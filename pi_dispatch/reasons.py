@@ -41,6 +41,10 @@ class Reason(StrEnum):
     CONTAINER_FAILED = "container-failed"
     CONTAINER_POLICY = "container-policy"
     INFRA = "infra"
+    # this port's own: the worker could no longer prove it held the job's lock, and killed its container
+    LOCK_LOST = "lock-lost"
+    # this port's own: the job's workers died with it more often than MAX_STALLS (BullMQ failed it unrun)
+    JOB_STALLED = "job-stalled"
 
 
 REASONS: Final = frozenset(Reason)

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import math
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
@@ -57,6 +58,7 @@ class HostRegistry:
     facts: dict[str, Fact] = field(default_factory=dict)
     _closed: bool = False
     _unreachable: bool = False
+    _unreachable_since: float | None = None  # monotonic: when the first beat of the current outage failed
     _refused: set[str] = field(default_factory=set)
     _timer: asyncio.Task[None] | None = None
     _inflight: asyncio.Task[bool] | None = None
@@ -86,13 +88,17 @@ class HostRegistry:
             await bounded(pipe.execute(), self.timeout_s)
         except Exception as error:
             if not self._unreachable and not self._closed:
-                self._unreachable = True
+                self._unreachable, self._unreachable_since = True, time.monotonic()
                 self.log("host_registry_unreachable", {"reason": describe(error)})
             return False
         if self._unreachable and not self._closed:
-            self._unreachable = False
+            self._unreachable, self._unreachable_since = False, None
             self.log("host_registry_restored", {})
         return True
+
+    def unreachable_for(self) -> float:
+        """Seconds since the store stopped taking this host's beats (0 while it takes them)."""
+        return 0.0 if self._unreachable_since is None else time.monotonic() - self._unreachable_since
 
     async def publish(self) -> bool:
         """Beat now with the current facts. A beat already in flight is awaited, not duplicated."""

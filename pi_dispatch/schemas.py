@@ -94,3 +94,21 @@ def problems(name: str, instance: object, source: str = "") -> list[Problem]:
         fix = str(property_schema.get("x-fix", ""))
         found.append(Problem(subject, _message(error, schema, secret), source, fix))
     return found
+
+
+def explained(schema_problems: list[Problem], own_problems: list[Problem]) -> list[Problem]:
+    """The schema's verdict, each subject worded by a model's own check where it has a more specific message."""
+
+    def variable(problem: Problem) -> str:
+        return problem.subject.split(" ", 1)[0]
+
+    specific: dict[str, list[Problem]] = {}
+    for problem in own_problems:
+        specific.setdefault(variable(problem), []).append(problem)
+    merged: list[Problem] = []
+    for name in dict.fromkeys(map(variable, schema_problems)):
+        if name in specific:
+            merged += specific.pop(name)
+        else:
+            merged += [problem for problem in schema_problems if variable(problem) == name]
+    return merged + [problem for rest in specific.values() for problem in rest]

@@ -250,6 +250,7 @@ _PASSWORD = TextForm(pattern=NO_CONTROL, what="one line", blank_is_default=True,
 _HOST_DIR = TextForm(pattern=ABSOLUTE_PATH, what="an absolute path", blank_is_default=True)
 _IMAGE = TextForm(pattern=IMAGE_REFERENCE_RE.pattern, what="an image reference")
 _ZONE = TextForm(pattern=ZONE, what="a zone name", blank_is_default=True)
+_NETWORK = TextForm(pattern=r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", what="a Docker network name", blank_is_default=True)
 
 Whole = Annotated[int, BeforeValidator(_whole), WholeForm()]
 WholeMs = Annotated[int, BeforeValidator(_whole), WholeForm(unit=" of milliseconds")]
@@ -264,6 +265,7 @@ Password = Annotated[SecretStr | None, matching(_PASSWORD), _PASSWORD]
 HostDir = Annotated[Path, matching(_HOST_DIR), _HOST_DIR]
 ImageReference = Annotated[str, matching(_IMAGE), _IMAGE]
 Zone = Annotated[str | None, matching(_ZONE), _ZONE]
+JobNetwork = Annotated[str | None, matching(_NETWORK), _NETWORK]
 
 
 def form_of(field: FieldInfo) -> Form:

@@ -24,7 +24,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from pi_dispatch.clock import DAY_MS
 from pi_dispatch.errors import ConfigError, Problem
-from pi_dispatch.schemas import problems
+from pi_dispatch.schemas import explained, problems
 from pi_dispatch.setting_types import (
     X_FIX,
     X_HOST_VAR,
@@ -32,6 +32,7 @@ from pi_dispatch.setting_types import (
     Flag,
     HostDir,
     ImageReference,
+    JobNetwork,
     Password,
     SecretProfiles,
     ValkeyUrl,
@@ -50,6 +51,8 @@ DEFAULT: Final = "default"
 HOST_VAR_PREFIX: Final = "pi_dispatch_worker_"
 # The env-file grammar allowed 15 digits before any bound was declared; a setting with no natural limit keeps that.
 WHOLE_MAX: Final = 999_999_999_999_999
+# A host silent for less than this is restarting, not gone; re-homing any sooner would race its own return.
+REHOME_FLOOR_MS: Final = 10_000
 
 
 def setting(
@@ -146,6 +149,12 @@ class WorkerSettings(BaseSettings):
         "The job image a job runs in unless it names its own.",
         "an image reference such as pi-job:latest",
     )
+    job_network: JobNetwork = setting(
+        "PI_JOB_NETWORK",
+        None,
+        "The Docker network job containers join. Empty: the daemon's default (bridge); `none` cuts them off.",
+        "a Docker network name such as bridge, none or pi-jobs",
+    )
     job_timeout_ms: WholeMs = setting(
         "PI_JOB_TIMEOUT_MS",
         3_600_000,
@@ -183,6 +192,15 @@ class WorkerSettings(BaseSettings):
         "PI_LOCK_DURATION_MS",
         30_000,
         "BullMQ job lock; a job whose worker died is taken up again within about twice this.",
+        f"{MS}, 1 or more",
+        ge=1,
+        le=WHOLE_MAX,
+    )
+    rehome_after_ms: WholeMs = setting(
+        "PI_REHOME_AFTER_MS",
+        120_000,
+        f"How long a named host may be silent (no live registry row) before live workers move the jobs on its "
+        f"queue to the live fleet; raised to at least {REHOME_FLOOR_MS}. Longer than a restart takes.",
         f"{MS}, 1 or more",
         ge=1,
         le=WHOLE_MAX,
@@ -258,8 +276,13 @@ class WorkerSettings(BaseSettings):
 
     @field_validator("wait_interval_ms")
     @classmethod
-    def _at_least_the_floor(cls, value: int) -> int:
+    def _at_least_the_wait_floor(cls, value: int) -> int:
         return max(WAIT_INTERVAL_FLOOR_MS, value)
+
+    @field_validator("rehome_after_ms")
+    @classmethod
+    def _at_least_the_rehome_floor(cls, value: int) -> int:
+        return max(REHOME_FLOOR_MS, value)
 
     @property
     def worker_name_declared(self) -> bool:
@@ -339,24 +362,6 @@ def check_worker_env(raw: Mapping[str, str], source: str = ENVIRONMENT) -> list[
     return _validated(RawValues(WorkerSettings, raw, source), HostFacts("localhost", None, 0))[1]
 
 
-def _explained(schema_problems: list[Problem], own_problems: list[Problem]) -> list[Problem]:
-    """The schema's verdict, each variable worded by the model where it has a more specific message."""
-
-    def variable(problem: Problem) -> str:
-        return problem.subject.split(" ", 1)[0]
-
-    specific: dict[str, list[Problem]] = {}
-    for problem in own_problems:
-        specific.setdefault(variable(problem), []).append(problem)
-    merged: list[Problem] = []
-    for name in dict.fromkeys(map(variable, schema_problems)):
-        if name in specific:
-            merged += specific.pop(name)
-        else:
-            merged += [problem for problem in schema_problems if variable(problem) == name]
-    return merged + [problem for rest in specific.values() for problem in rest]
-
-
 def load_settings(
     env_file: Path | None = None,
     *,
@@ -366,7 +371,7 @@ def load_settings(
     """The worker's settings from the process environment, or from env_file alone. Raises ConfigError."""
     raw = read_raw(WorkerSettings, env_file, environment() if environment is not None else None)
     settings, own = _validated(raw, facts or HostFacts.of_this_machine())
-    found = raw.problems + _explained(problems("worker-env", raw.values, raw.label), own)
+    found = raw.problems + explained(problems("worker-env", raw.values, raw.label), own)
     if found or settings is None:
         raise ConfigError(found)
     return settings
@@ -376,6 +381,13 @@ def host_variable(field_name: str, info: FieldInfo) -> str:
     """The inventory variable that declares a setting: `pi_dispatch_worker_<field>` unless it names its own."""
     declared = info.json_schema_extra.get(X_HOST_VAR) if isinstance(info.json_schema_extra, dict) else None
     return HOST_VAR_PREFIX + str(declared or field_name)
+
+
+def rehome_after_ms(declared: object) -> int:
+    """The re-homing threshold a host runs with, from what its inventory declares (the default when nothing)."""
+    value = declared if isinstance(declared, int) and not isinstance(declared, bool) else None
+    default = WorkerSettings.model_fields["rehome_after_ms"].default
+    return max(REHOME_FLOOR_MS, value if value is not None else int(default))
 
 
 def password_text(settings: WorkerSettings) -> str | None:

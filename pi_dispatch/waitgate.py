@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pi_dispatch.events import EventLog, discard
 from pi_dispatch.gates import Refusal, run_wait_check, usable_script
 from pi_dispatch.jobs import FORGE_KINDS, QueuedJob, target_separator
+from pi_dispatch.keys import WAIT_CHECK_LEASE_PREFIX
 from pi_dispatch.reasons import Reason
 from pi_dispatch.settings import WorkerSettings
 from pi_dispatch.valkey import bounded
@@ -38,7 +39,6 @@ from pi_dispatch.waits import (
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-LEASE_PREFIX: Final = "wait:check:"
 ABORTED_RECHECK_MS: Final = 1_000
 
 
@@ -155,7 +155,7 @@ class WaitGate:
 
     async def _lease(self, ttl_s: float) -> Any:
         for index in range(self.settings.wait_check_slots):
-            lock = self.client.lock(f"{LEASE_PREFIX}{index}", timeout=ttl_s, blocking=False)
+            lock = self.client.lock(f"{WAIT_CHECK_LEASE_PREFIX}{index}", timeout=ttl_s, blocking=False)
             try:
                 if await bounded(lock.acquire(), 2):
                     return lock

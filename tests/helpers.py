@@ -1,4 +1,4 @@
-"""Helpers the tests share: the CLI in this process or as a child, and the machine's redis-server."""
+"""Helpers the tests share: the CLI in this process or as a child, the machine's redis-server, a private dockerd."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import contextlib
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,76 @@ class RedisServer(EmbeddedValkey):
         if binary is None:
             pytest.fail("redis-server is not installed; run .ci/run or `apt-get install redis-server`")
         super().__init__(workdir, binary, persist=persist)
+
+
+class PrivateDocker:
+    """A dockerd of the test's own: its own socket, data root, exec root and pidfile, in a network namespace of its
+    own with no bridge and no iptables, so nothing it does reaches the machine's daemon (a daemon started without
+    a bridge deletes the host's docker0). Restartable, with or without live-restore."""
+
+    def __init__(self, root: Path, *, live_restore: bool) -> None:
+        self.root, self.live_restore = root, live_restore
+        self.socket = root / "docker.sock"
+        self.url = f"unix://{self.socket}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 60) -> None:
+        import docker
+
+        dockerd = shutil.which("dockerd")
+        unshare = shutil.which("unshare")
+        if dockerd is None or unshare is None or os.geteuid() != 0:
+            pytest.fail("a private dockerd needs root, dockerd and unshare (`./dev test` runs as root with docker.io)")
+        command = [unshare, "--net", "--fork", "--", dockerd, "--host", self.url]
+        command += ["--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec")]
+        command += ["--pidfile", str(self.root / "docker.pid"), "--bridge", "none", "--iptables=false"]
+        command += ["--ip6tables=false", *(["--live-restore"] if self.live_restore else [])]
+        with (self.root / "dockerd.log").open("ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):
+                client = docker.DockerClient(base_url=self.url)
+                try:
+                    client.ping()
+                    return
+                finally:
+                    client.close()
+            time.sleep(0.2)
+        pytest.fail(f"the private dockerd did not answer: {(self.root / 'dockerd.log').read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        """SIGTERM to dockerd itself (unshare does not pass signals on); live-restore leaves containers running."""
+        if self.process is None:
+            return
+        pidfile = self.root / "docker.pid"
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pidfile.read_text().strip()), signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        """Stop it, its surviving containers' shims with it, and undo the data root's bind mount."""
+        if self.process is None:
+            with contextlib.suppress(Exception):
+                self.start()
+        with contextlib.suppress(Exception):
+            import docker
+
+            client = docker.DockerClient(base_url=self.url)
+            for container in client.containers.list(all=True):
+                container.remove(force=True)
+            client.close()
+        self.stop()
+        subprocess.run(["umount", "-l", str(self.root / "data")], capture_output=True, check=False)
+        shutil.rmtree(self.root, ignore_errors=True)

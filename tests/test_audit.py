@@ -14,7 +14,9 @@ from jsonschema import Draft202012Validator
 
 from pi_dispatch.audit import CODES, Report, audit
 from pi_dispatch.capabilities import capability_tokens, serialize_caps
+from pi_dispatch.fleet import HostQueue, QueueCounts
 from pi_dispatch.hostvars import PREFIX, InventoryHost
+from pi_dispatch.jscompat import iso_string
 from pi_dispatch.registry import HostRegistry, LiveHosts, read_live_hosts
 from pi_dispatch.schemas import load_schema
 from pi_dispatch.triggers import Trigger
@@ -331,3 +333,20 @@ def test_the_example_triggers_exercise_every_trigger_outcome() -> None:
         "profile-everywhere",
     }
     assert codes == trigger_outcomes  # and no host finding: the example inventory itself is clean
+
+
+def test_a_silent_hosts_queue_says_when_its_jobs_move() -> None:
+    fleet = [FLEET[0], host("mini2", "mini2", None, {"ci": "/c"}, rehome_after_ms=60_000)]
+    rows = [row("mini1", "s:prod,w:ci")]
+    now = 1_800_000_000_000
+    queues = [
+        HostQueue("pi-jobs@mini2", "mini2", QueueCounts(waiting=2, delayed=1), now - 30_000),
+        HostQueue("pi-jobs@mini1", "mini1", QueueCounts(waiting=5), None),  # live: nothing to say
+        HostQueue("pi-jobs@gone", "gone", QueueCounts(), now - 999_999),  # empty: nothing to move
+    ]
+    report = audit(fleet, [], live_rows=rows, live_state="ok", host_queues=queues, now_ms=now)
+    (finding,) = [f for f in report.findings if f.code == "queue-silent-host"]
+    assert finding.hosts == ("mini2",) and "2 waiting, 1 delayed" in finding.message
+    assert iso_string(now + 30_000) in finding.message  # its own threshold from the inventory, 60 s
+    due = audit(fleet, [], live_rows=rows, live_state="ok", host_queues=queues[:1], now_ms=now + 60_000)
+    assert "on the next sweep" in next(f.message for f in due.findings if f.code == "queue-silent-host")

@@ -13,10 +13,12 @@ from pi_dispatch.containers import (
     LABEL_FLEET,
     LABEL_HOST,
     LABEL_JOB,
+    STOP_GRACE_S,
     ContainerRuntime,
     ContainerSpec,
     DockerUnavailable,
     ImageMissing,
+    StopRequest,
 )
 from pi_dispatch.events import Recorder
 
@@ -49,7 +51,7 @@ def runtime() -> Any:
 @pytest.mark.docker
 async def test_exit_codes_and_output_come_back(tmp_path: Path, job_image: str, runtime: ContainerRuntime) -> None:
     for code in (0, 1, 2, 7):
-        end = await runtime.run(spec_for(tmp_path, job_image, {"demoExit": code}), capture=True, abort=asyncio.Event())
+        end = await runtime.run(spec_for(tmp_path, job_image, {"demoExit": code}), capture=True, stop=StopRequest())
         assert (end.exit_code, end.timed_out, end.aborted) == (code, False, False)
         assert b"job gh-1 attempt ? on ?: 15 bytes of event" in end.output
 
@@ -59,7 +61,7 @@ async def test_no_container_is_left_behind(
     tmp_path: Path, job_image: str, runtime: ContainerRuntime, docker_client: Any
 ) -> None:
     for capture in (True, False):
-        await runtime.run(spec_for(tmp_path, job_image, {}), capture=capture, abort=asyncio.Event())
+        await runtime.run(spec_for(tmp_path, job_image, {}), capture=capture, stop=StopRequest())
     await asyncio.sleep(1)  # an auto-removed container goes just after its exit is reported
     assert docker_client.containers.list(all=True, filters={"label": f"{LABEL_HOST}=containers-test"}) == []
 
@@ -67,15 +69,15 @@ async def test_no_container_is_left_behind(
 @pytest.mark.docker
 async def test_the_timeout_stops_the_container(tmp_path: Path, job_image: str, runtime: ContainerRuntime) -> None:
     spec = spec_for(tmp_path, job_image, {"demoSleep": 60}, timeout_s=1)
-    end = await runtime.run(spec, capture=False, abort=asyncio.Event())
+    end = await runtime.run(spec, capture=False, stop=StopRequest())
     assert end.timed_out and not end.aborted and end.exit_code != 0
 
 
 @pytest.mark.docker
 async def test_an_abort_stops_the_container(tmp_path: Path, job_image: str, runtime: ContainerRuntime) -> None:
-    abort = asyncio.Event()
-    asyncio.get_running_loop().call_later(1.0, abort.set)
-    end = await runtime.run(spec_for(tmp_path, job_image, {"demoSleep": 60}), capture=False, abort=abort)
+    stop = StopRequest()
+    asyncio.get_running_loop().call_later(1.0, stop.request, STOP_GRACE_S)
+    end = await runtime.run(spec_for(tmp_path, job_image, {"demoSleep": 60}), capture=False, stop=stop)
     assert end.aborted and not end.timed_out
 
 
@@ -84,7 +86,7 @@ async def test_labels_name_the_job_and_this_host(
     tmp_path: Path, job_image: str, runtime: ContainerRuntime, docker_client: Any
 ) -> None:
     running = asyncio.ensure_future(
-        runtime.run(spec_for(tmp_path, job_image, {"demoSleep": 3}), capture=False, abort=asyncio.Event())
+        runtime.run(spec_for(tmp_path, job_image, {"demoSleep": 3}), capture=False, stop=StopRequest())
     )
     for _ in range(100):
         found = docker_client.containers.list(filters={"label": f"{LABEL_HOST}=containers-test"})
@@ -102,7 +104,7 @@ async def test_labels_name_the_job_and_this_host(
 
 async def test_a_missing_image_is_reported(tmp_path: Path, runtime: ContainerRuntime) -> None:
     with pytest.raises(ImageMissing):
-        await runtime.run(spec_for(tmp_path, "pi-dispatch-no-such-image:0", {}), capture=False, abort=asyncio.Event())
+        await runtime.run(spec_for(tmp_path, "pi-dispatch-no-such-image:0", {}), capture=False, stop=StopRequest())
     assert await runtime.image_id("pi-dispatch-no-such-image:0") is None
 
 

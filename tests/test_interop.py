@@ -44,7 +44,7 @@ redis.disconnect();
 # BullMQ, then read the Python worker's registry row and route with the seed's own routeForgeJob.
 NODE_FLEET = """
 import Redis from "ioredis";
-import { Queue } from "bullmq";
+import { Queue, Worker } from "bullmq";
 import { readFileSync } from "node:fs";
 const caps = await import(process.argv[2]);
 const [url, mode] = process.argv.slice(3);
@@ -57,6 +57,17 @@ if (mode === "enqueue") {
   const job = await queue.add(input.kind, input.data, input.options);
   out = { id: job.id };
   await queue.close();
+} else if (mode === "work") {
+  // a Node worker takes the first job of a queue: what it sees of the job
+  let worker;
+  out = await new Promise((resolve) => {
+    worker = new Worker(input.queue, async (job) => {
+      resolve({ id: job.id, attemptsMade: job.attemptsMade, data: job.data });
+      return "done";
+    }, { connection });
+    setTimeout(() => resolve(null), 20000);
+  });
+  await worker.close();
 } else {
   const redis = new Redis(url, { maxRetriesPerRequest: 1 });
   const members = await redis.smembers("host:live");
@@ -231,3 +242,37 @@ async def test_a_node_producer_and_reader_share_a_fleet_with_a_python_worker(
     assert [(run["jobId"], run["host"], run["outcome"]) for run in mirrored["runs"]] == [
         (options["jobId"], "py-mini", "completed")
     ]
+
+
+@pytest.mark.node
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_a_node_worker_takes_a_job_re_homed_from_a_silent_python_host(
+    node_mirror: tuple[str, Path, Path], valkey_url: str, client: aioredis.Redis
+) -> None:
+    from bullmq import Queue
+
+    from pi_dispatch.enqueue import forge_job_options
+    from pi_dispatch.keys import rehome_since_key
+    from pi_dispatch.registry import HostRegistry
+    from pi_dispatch.rehome import Rehomer
+    from tests.workers import forge_job
+
+    job = forge_job(51, secretsProfile="prod")
+    queue = Queue("pi-jobs@gone", {"connection": valkey_url})
+    added = await queue.add("github", job, forge_job_options("github", job))
+    await queue.close()
+    await client.hincrby(f"bull:pi-jobs@gone:{added.id}", "atm", 1)
+    rows = [HostRegistry(client, "node-mini"), HostRegistry(client, "other")]
+    await rows[0].start({"routes": "true", "caps": "s:prod"})
+    await rows[1].start({"routes": "true", "caps": ""})
+    await client.set(rehome_since_key("gone"), str(int(time.time() * 1000) - 600_000))
+    mover = Rehomer(client, valkey_url, 10_000, 2_000)
+    try:
+        assert await mover.sweep() == 1
+    finally:
+        await mover.close()
+        for row in rows:
+            await row.close()
+    seen = await asyncio.to_thread(run_node_fleet, node_mirror, valkey_url, "work", {"queue": "pi-jobs@node-mini"})
+    assert seen == {"id": added.id, "attemptsMade": 1, "data": job}

@@ -28,6 +28,7 @@ from pi_dispatch.waits import HOLD_KEY
 from tests.helpers import RedisServer, run_cli
 from tests.workers import (
     RESOLVER,
+    ContainerWatch,
     finished_job,
     forge_job,
     job_in_state,
@@ -366,26 +367,36 @@ async def test_a_sigkilled_workers_job_is_recovered_and_runs_elsewhere(
 @pytest.mark.docker
 @pytest.mark.redis
 @pytest.mark.slow
-async def test_the_worker_survives_a_valkey_outage_and_finishes_the_queue(tmp_path: Path, job_image: str) -> None:
+async def test_the_worker_survives_a_valkey_outage_and_finishes_the_queue(
+    tmp_path: Path, job_image: str, docker_client: Any
+) -> None:
     server = RedisServer(tmp_path / "store", persist=True)
     (tmp_path / "store").mkdir()
     server.start()
     queue = Queue("pi-jobs", {"connection": server.url})
     try:
         env = worker_env(tmp_path, server.url, job_image, "survivor")
-        async with running_worker(settings_of(env)) as w:
-            await queue.add("github", forge_job(1, trigger={"demoSleep": 3}), {"jobId": "gh-during", **FAST_RETRY})
-            await job_in_state(queue, "gh-during", ("active",))
-            server.stop()
-            await asyncio.sleep(4)
-            assert not w.task.done()
-            server.start()
-            for number in range(2, 5):
-                await queue.add("github", forge_job(number), {"jobId": f"gh-after-{number}", **FAST_RETRY})
-            for job_id in ("gh-during", "gh-after-2", "gh-after-3", "gh-after-4"):
-                assert (await finished_job(queue, job_id, timeout_s=120)).returnvalue["outcome"] == "completed"
-            assert not w.task.done()
+        with ContainerWatch(docker_client, "gh-during") as watch:
+            async with running_worker(settings_of(env)) as w:
+                job = forge_job(1, trigger={"demoSleep": 15})  # still running when the job is free to run again
+                await queue.add("github", job, {"jobId": "gh-during", **FAST_RETRY})
+                await job_in_state(queue, "gh-during", ("active",))
+                server.stop()
+                await asyncio.sleep(4)  # twice the lock: the store lets the lock go, and the worker its container
+                assert not w.task.done()
+                server.start()
+                for number in range(2, 5):
+                    await queue.add("github", forge_job(number), {"jobId": f"gh-after-{number}", **FAST_RETRY})
+                for job_id in ("gh-during", "gh-after-2", "gh-after-3", "gh-after-4"):
+                    done = await finished_job(queue, job_id, timeout_s=120)
+                    assert done.returnvalue is not None, (job_id, done.failedReason)
+                    assert done.returnvalue["outcome"] == "completed"
+                assert not w.task.done()
         assert "host_registry_unreachable" in w.events.names() or "queue_error" in w.events.names()
+        assert watch.samples > 20 and watch.most == 1  # the job ran again, never beside its fenced first run
+        assert "job_fenced" in w.events.names()
+        failed = [fields for event, fields in w.events.events if event == "job_failed"]
+        assert any(fields["jobId"] == "gh-during" and fields["reason"] == "lock-lost" for fields in failed)
     finally:
         await queue.close()
         server.stop()

@@ -7,6 +7,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -147,3 +148,33 @@ def forge_job(number: int, **fields: Any) -> dict[str, Any]:
         "maxTurns": 5,
         **fields,
     }
+
+
+class ContainerWatch:
+    """Polls the daemon for a job's running containers, so a test can say none ever ran twice at once."""
+
+    def __init__(self, docker_client: Any, job_id: str, interval_s: float = 0.1) -> None:
+        from pi_dispatch.containers import LABEL_JOB
+
+        self.docker, self.label, self.interval_s = docker_client, f"{LABEL_JOB}={job_id}", interval_s
+        self.most = self.samples = 0
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                running = self.docker.containers.list(filters={"label": self.label, "status": "running"})
+                self.samples += 1
+                self.most = max(self.most, len(running))
+                self.seen.update(container.id for container in running)
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> ContainerWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(5)

@@ -1,0 +1,389 @@
+"""Faults against real processes: does every job run, once at a time, and leave a record?
+
+Real redis-server (persistent, so a restart keeps the queues), the machine's Docker daemon (a private dockerd
+for the daemon-restart scenario), and real `pi-dispatch worker` processes. One line of figures per scenario:
+
+    jobs enqueued | completed once | run twice (overlapping containers) | lost | records missing | recovery
+
+Scenarios:
+  dead-host      a named host SIGKILLed for good (its containers with it, as a machine dies) with jobs routed to
+                 it, under the default settings: recovery is the time from its death until its last stranded job
+                 runs elsewhere, against the goal of 3 minutes
+  store-outage   Valkey stopped for three lock durations mid-run, then restarted: recovery from its return until
+                 every job is done
+  kill-twice     a worker SIGKILLed mid-job and restarted, twice (as systemd would, 10 s later): recovery from the
+                 last restart until the job is done
+  dockerd        a private dockerd (live-restore) restarted mid-job: recovery from its return until the job is done
+
+Every figure must be 0 run twice, 0 lost, 0 records missing. Usage: python bench/chaos.py [--only NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import docker
+from bullmq import Queue
+
+from pi_dispatch.containers import LABEL_HOST, LABEL_JOB
+from pi_dispatch.embedded import EmbeddedValkey
+from pi_dispatch.enqueue import Enqueuer, ForgeRouter, registry_reader
+from pi_dispatch.history import read_records
+from pi_dispatch.jobimage import EXAMPLE_IMAGE, build_example_image
+from pi_dispatch.valkey import connect
+from tests.helpers import PrivateDocker
+from tests.workers import RESOLVER, forge_job, write_script
+
+GOAL_S = 180.0
+
+
+@dataclass
+class Figures:
+    name: str
+    enqueued: int = 0
+    completed_once: int = 0
+    run_twice: int = 0
+    lost: int = 0
+    records_missing: int = 0
+    recovery_s: float = float("nan")
+    note: str = ""
+
+    def line(self) -> str:
+        return (
+            f"{self.name:<13} enqueued {self.enqueued:>3} | completed once {self.completed_once:>3} | run twice "
+            f"{self.run_twice} | lost {self.lost} | records missing {self.records_missing} | recovery "
+            f"{self.recovery_s:6.1f} s{self.note}"
+        )
+
+
+class Overlaps:
+    """Polls a daemon for running job containers: the most that ran at once per job, and who ran each."""
+
+    def __init__(self, base_url: str | None = None) -> None:
+        self.client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+        self.most: dict[str, int] = defaultdict(int)
+        self.hosts: dict[str, set[str]] = defaultdict(set)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                seen: dict[str, int] = defaultdict(int)
+                for container in self.client.containers.list(filters={"label": LABEL_JOB}):
+                    job = container.labels.get(LABEL_JOB, "")
+                    seen[job] += 1
+                    self.hosts[job].add(container.labels.get(LABEL_HOST, ""))
+                for job, count in seen.items():
+                    self.most[job] = max(self.most[job], count)
+            self._stop.wait(0.1)
+
+    def __enter__(self) -> Overlaps:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.client.close()
+
+
+RESTART_S = 10.0  # the unit's RestartSec
+
+
+@dataclass
+class Fleet:
+    """Worker processes on one store, each with its own folders, restarted as systemd's unit would restart them
+    (on any failure, RESTART_S later, without limit) unless buried for good."""
+
+    root: Path
+    url: str
+    image: str
+    extra: dict[str, str] = field(default_factory=dict)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    buried: set[str] = field(default_factory=set)
+    extras: dict[str, dict[str, str]] = field(default_factory=dict)
+    restarts: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    _stopping: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self._supervise, daemon=True).start()
+
+    def _supervise(self) -> None:
+        failed_at: dict[str, float] = {}
+        while not self._stopping.wait(0.2):
+            for name, process in list(self.processes.items()):
+                code = process.poll()
+                if code in (None, 0, 2) or name in self.buried:
+                    failed_at.pop(name, None)
+                    continue
+                failed_at.setdefault(name, time.monotonic())
+                if time.monotonic() - failed_at[name] >= RESTART_S and not self._stopping.is_set():
+                    failed_at.pop(name)
+                    with contextlib.suppress(RuntimeError):
+                        self.start(name)
+                        self.restarts[name].append(time.monotonic())
+
+    def env(self, name: str, **extra: str) -> dict[str, str]:
+        folder = self.root / name
+        return {
+            "PATH": os.environ["PATH"],
+            "HOME": str(self.root),
+            "VALKEY_URL": self.url,
+            "PI_WORKER_NAME": name,
+            "PI_LOGS_DIR": str(folder / "logs"),
+            "PI_JOBS_DIR": str(folder / "jobs"),
+            "PI_JOB_IMAGE": self.image,
+            "PI_JOB_MEMORY_MB": "64",
+            "PI_JOB_CPUS": "0.5",
+            **self.extra,
+            **extra,
+        }
+
+    def start(self, name: str, **extra: str) -> None:
+        extra = self.extras.setdefault(name, extra)  # a restart keeps what the first start was given
+        log = (self.root / f"{name}.log").open("ab")
+        self.processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "pi_dispatch", "worker"], env=self.env(name, **extra), stdout=log, stderr=log
+        )
+        log.close()
+        deadline = time.monotonic() + 60
+        while "worker_started" not in (self.root / f"{name}.log").read_text(errors="replace"):
+            if time.monotonic() > deadline or self.processes[name].poll() is not None:
+                raise RuntimeError(f"worker {name} did not start: {(self.root / f'{name}.log').read_text()[-2000:]}")
+            time.sleep(0.1)
+
+    def kill(self, name: str, *, for_good: bool = False) -> None:
+        if for_good:
+            self.buried.add(name)
+        self.processes[name].send_signal(signal.SIGKILL)
+        self.processes[name].wait()
+
+    def stop_all(self) -> None:
+        self._stopping.set()
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(60)
+            if process.poll() is None:
+                process.kill()
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        for folder in self.root.iterdir():
+            if (folder / "logs").is_dir():
+                for record in read_records(folder / "logs"):
+                    if record.get("outcome") == "completed":
+                        found[str(record["jobId"])] = record
+        return found
+
+
+@contextlib.contextmanager
+def store(root: Path) -> Iterator[EmbeddedValkey]:
+    server = EmbeddedValkey(root / "store", persist=True)
+    (root / "store").mkdir()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def states(url: str, queues: list[str], ids: list[str]) -> dict[str, str]:
+    handles = [Queue(name, {"connection": url}) for name in queues]
+    try:
+        found = {}
+        for job_id in ids:
+            for handle in handles:
+                state = await handle.getJobState(job_id)
+                if state != "unknown":
+                    found[job_id] = str(state)
+                    break
+            else:
+                found[job_id] = "unknown"
+        return found
+    finally:
+        for handle in handles:
+            await handle.close()
+
+
+async def settle(url: str, queues: list[str], ids: list[str], timeout_s: float) -> dict[str, str]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = await states(url, queues, ids)
+        if all(state in ("completed", "failed") for state in found.values()) or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.5)
+
+
+def tally(figures: Figures, found: dict[str, str], overlaps: Overlaps, records: dict[str, Any]) -> Figures:
+    figures.enqueued = len(found)
+    figures.run_twice = sum(1 for job in found if overlaps.most.get(job, 0) > 1)
+    figures.completed_once = sum(1 for job, state in found.items() if state == "completed" and overlaps.most[job] <= 1)
+    figures.lost = sum(1 for state in found.values() if state != "completed")
+    figures.records_missing = sum(1 for job, state in found.items() if state == "completed" and job not in records)
+    return figures
+
+
+async def enqueue(url: str, jobs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    client = connect(url)
+    enqueuer = Enqueuer(url, ForgeRouter(registry_reader(client)))
+    try:
+        placed = []
+        for data in jobs:
+            queue, job_id, _ = await enqueuer.enqueue_forge_job("github", data)
+            placed.append((queue, job_id))
+        return placed
+    finally:
+        await enqueuer.close()
+        await client.aclose()
+
+
+async def dead_host(root: Path, image: str) -> Figures:
+    """Two named hosts serve prod and a third does not (so prod jobs are routed, not shared), under the default
+    settings; one prod host dies for good, its containers with it."""
+    resolver = write_script(root / "resolver", RESOLVER)
+    figures = Figures("dead-host")
+    with store(root) as server, Overlaps() as overlaps:
+        fleet = Fleet(root, server.url, image, {"PI_CONCURRENCY": "2"})
+        fleet.start("victim", PI_SECRET_PROFILES=f"prod:{resolver}")
+        fleet.start("rescuer", PI_SECRET_PROFILES=f"prod:{resolver}")
+        fleet.start("plain")
+        await asyncio.sleep(2)  # both rows are live before routing
+        jobs = [
+            forge_job(n, secretsProfile="prod", trigger={"deliveryId": f"c-{n}", "demoSleep": 20}) for n in range(12)
+        ]
+        placed = await enqueue(server.url, jobs)
+        stranded = [job_id for queue, job_id in placed if queue == "pi-jobs@victim"]
+        await asyncio.sleep(5)  # the victim has two running and the rest waiting
+        fleet.kill("victim", for_good=True)
+        died = time.monotonic()
+        docker_client = docker.from_env()
+        for container in docker_client.containers.list(filters={"label": f"{LABEL_HOST}=victim"}):
+            container.kill()  # the machine died: so did its containers
+        docker_client.close()
+        recovered = float("nan")
+        deadline = died + 600
+        while time.monotonic() < deadline:
+            elsewhere = [job for job in stranded if overlaps.hosts.get(job, set()) - {"victim"}]
+            if len(elsewhere) == len(stranded):
+                recovered = time.monotonic() - died
+                break
+            await asyncio.sleep(0.5)
+        queues = ["pi-jobs", "pi-jobs@victim", "pi-jobs@rescuer", "pi-jobs@plain"]
+        found = await settle(server.url, queues, [job_id for _, job_id in placed], 300)
+        fleet.stop_all()
+        figures = tally(figures, found, overlaps, fleet.records())
+        figures.recovery_s = recovered
+        figures.note = f" ({len(stranded)} stranded; {recovered / GOAL_S:.2f}x the 3-minute goal)"
+    return figures
+
+
+async def store_outage(root: Path, image: str) -> Figures:
+    figures = Figures("store-outage")
+    with store(root) as server, Overlaps() as overlaps:
+        fleet = Fleet(root, server.url, image, {"PI_LOCK_DURATION_MS": "5000"})
+        fleet.start("one")
+        fleet.start("two")
+        jobs = [forge_job(n, trigger={"deliveryId": f"o-{n}", "demoSleep": 12}) for n in range(6)]
+        placed = await enqueue(server.url, jobs)
+        await asyncio.sleep(3)
+        server.stop()
+        await asyncio.sleep(15)  # three lock durations
+        server.start()
+        back = time.monotonic()
+        found = await settle(server.url, ["pi-jobs"], [job_id for _, job_id in placed], 300)
+        figures.recovery_s = time.monotonic() - back
+        fleet.stop_all()
+        figures = tally(figures, found, overlaps, fleet.records())
+    return figures
+
+
+async def kill_twice(root: Path, image: str) -> Figures:
+    figures = Figures("kill-twice")
+    with store(root) as server, Overlaps() as overlaps:
+        fleet = Fleet(root, server.url, image)
+        fleet.start("phoenix")
+        fleet.start("bystander")
+        placed = await enqueue(server.url, [forge_job(1, trigger={"deliveryId": "k-1", "demoSleep": 25})])
+        job_id = placed[0][1]
+        for kills in range(2):
+            deadline = time.monotonic() + 120
+            while "phoenix" not in overlaps.hosts.get(job_id, set()) and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)  # until phoenix runs it (again, after its restart)
+            overlaps.hosts[job_id].discard("phoenix")
+            fleet.kill("phoenix")  # the supervisor starts it again RESTART_S later, as systemd would
+            while len(fleet.restarts["phoenix"]) <= kills:
+                await asyncio.sleep(0.2)
+        restarted = fleet.restarts["phoenix"][-1]
+        found = await settle(server.url, ["pi-jobs"], [job_id], 300)
+        figures.recovery_s = time.monotonic() - restarted
+        fleet.stop_all()
+        figures = tally(figures, found, overlaps, fleet.records())
+    return figures
+
+
+async def dockerd_restart(root: Path, image: str) -> Figures:
+    figures = Figures("dockerd")
+    daemon = PrivateDocker(root / "dockerd", live_restore=True)
+    (root / "dockerd").mkdir()
+    daemon.start()
+    try:
+        client = docker.DockerClient(base_url=daemon.url)
+        build_example_image(client)
+        client.close()
+        with store(root) as server, Overlaps(daemon.url) as overlaps:
+            fleet = Fleet(root, server.url, image, {"DOCKER_HOST": daemon.url, "PI_JOB_NETWORK": "none"})
+            fleet.start("restarts")
+            placed = await enqueue(server.url, [forge_job(1, trigger={"deliveryId": "d-1", "demoSleep": 20})])
+            await asyncio.sleep(5)
+            await asyncio.to_thread(daemon.restart)
+            back = time.monotonic()
+            found = await settle(server.url, ["pi-jobs"], [placed[0][1]], 300)
+            figures.recovery_s = time.monotonic() - back
+            fleet.stop_all()
+            figures = tally(figures, found, overlaps, fleet.records())
+    finally:
+        daemon.close()
+    return figures
+
+
+SCENARIOS = {"dead-host": dead_host, "store-outage": store_outage, "kill-twice": kill_twice, "dockerd": dockerd_restart}
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", choices=sorted(SCENARIOS), default=list(SCENARIOS))
+    arguments = parser.parse_args()
+    client = docker.from_env()
+    build_example_image(client)
+    client.close()
+    failed = False
+    for name in arguments.only:
+        with tempfile.TemporaryDirectory(prefix=f"pi-chaos-{name}-") as folder:
+            figures = await SCENARIOS[name](Path(folder), EXAMPLE_IMAGE)
+        print(figures.line(), flush=True)
+        failed |= bool(figures.run_twice or figures.lost or figures.records_missing)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
