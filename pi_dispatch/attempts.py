@@ -29,6 +29,7 @@ from pi_dispatch.events import EventLog
 from pi_dispatch.fencing import LockFence
 from pi_dispatch.gates import InfraRetry, Refusal, SecretsGate
 from pi_dispatch.history import RunRecorder, write_job_log
+from pi_dispatch.jobbounds import job_refusal
 from pi_dispatch.jobdirs import write_job_dir
 from pi_dispatch.jobs import QueuedJob
 from pi_dispatch.jscompat import iso_string
@@ -124,22 +125,31 @@ class Attempts:
         result: Mapping[str, Any] | None,
         error: Mapping[str, Any] | None,
     ) -> None:
-        record = build_record(
-            job_id=str(job.id),
-            job_name=job.name if isinstance(job.name, str) else None,
-            data=data,
-            attempts_made=attempts_made(job),
-            result=result,
-            error=error,
-            started_at=iso_string(started),
-            ended_at=iso_string(self.now()),
-            host=self.name,
-        )
+        """Record the attempt. Should the job's own fields break the record builder, the attempt is recorded
+        without them: a record is never lost to the data it describes."""
+        facts: dict[str, Any] = {
+            "job_id": str(job.id),
+            "job_name": job.name if isinstance(job.name, str) else None,
+            "attempts_made": attempts_made(job),
+            "started_at": iso_string(started),
+            "ended_at": iso_string(self.now()),
+            "host": self.name,
+        }
+        try:
+            record = build_record(data=data, result=result, error=error, **facts)
+        except Exception as failure:  # a bug in the face of hostile data; the run still gets its record
+            self.log("run_record_degraded", {"jobId": facts["job_id"], "error": type(failure).__name__})
+            record = build_record(data={}, result=None, error={"reason": Reason.INFRA}, **facts)
         self.recorder.record(record)
 
     async def _attempt(self, job: QueuedJob, token: str, queue: str, data: Mapping[str, Any]) -> dict[str, object]:
+        if bound := job_refusal(job.data):
+            return self._refused(job, Refusal(bound))
         if refused := self.secrets.refusal(data):
             return self._refused(job, refused)
+        image = self._image(data)
+        if isinstance(image, Refusal):
+            return self._refused(job, image)
         if data.get("waitFor") is not None and (refused := await self.wait_gate.admit(job, token, data)):
             return self._refused(job, refused)
         async with self._slot():
@@ -147,7 +157,7 @@ class Attempts:
             if isinstance(secrets, Refusal):
                 return self._refused(job, secrets)
             fence = LockFence(self.client, queue, str(job.id), token, self.settings.lock_duration_ms)
-            return await self._run_container(job, data, secrets, fence)
+            return await self._run_container(job, image, data, secrets, fence)
 
     def _refused(self, job: QueuedJob, refusal: Refusal) -> dict[str, object]:
         fields: dict[str, object] = {"jobId": str(job.id), "reason": refusal.reason}
@@ -173,19 +183,21 @@ class Attempts:
         finally:
             self.slots.release()
 
-    def _image(self, data: Mapping[str, Any]) -> str:
-        """The job's image: its own when it names a valid one, the host's otherwise; an invalid one is refused."""
+    def _image(self, data: Mapping[str, Any]) -> str | Refusal:
+        """The job's image: its own when this host allows it, the host's when it names none. An image the host
+        does not allow is refused; one that is not an image reference at all fails (job-image-missing)."""
         requested = data.get("image")
         image = self.settings.job_image if requested is None else requested
         if not isinstance(image, str) or not IMAGE_REFERENCE_RE.fullmatch(image):
             raise JobFailure(Reason.JOB_IMAGE_MISSING, retry=False)
+        if image != self.settings.job_image and image not in self.settings.allowed_images:
+            return Refusal(Reason.JOB_IMAGE_NOT_ALLOWED)
         return image
 
     async def _run_container(
-        self, job: QueuedJob, data: Mapping[str, Any], secrets: Mapping[str, str], fence: LockFence
+        self, job: QueuedJob, image: str, data: Mapping[str, Any], secrets: Mapping[str, str], fence: LockFence
     ) -> dict[str, object]:
         settings, job_id, attempt = self.settings, str(job.id), attempts_made(job)
-        image = self._image(data)
         job_dir = await asyncio.to_thread(write_job_dir, settings.jobs_dir, self.name, job_id, data)
         spec = ContainerSpec(
             job_id=job_id,
@@ -203,6 +215,9 @@ class Attempts:
             cpus=settings.job_cpus,
             timeout_s=settings.job_timeout_ms / 1000,
             network=settings.job_network,
+            user=settings.job_user,
+            read_only=settings.job_read_only,
+            log_mb=settings.job_log_mb,
         )
         stop = StopRequest()
         self.running[job_id] = stop

@@ -13,12 +13,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from pi_dispatch.capabilities import CAP_SECRET, job_needs
-from pi_dispatch.drift import live_findings, queue_findings
+from pi_dispatch.drift import invalid_row_findings, live_findings, queue_findings
 from pi_dispatch.findings import CODES, SEVERITIES, Finding, Report, Severity
 from pi_dispatch.fleet import FleetHost, HostQueue
 from pi_dispatch.hostvars import PREFIX, InventoryHost, host_problems
 from pi_dispatch.profiles import DEFAULT_SECRET_PROFILE
 from pi_dispatch.reasons import Reason
+from pi_dispatch.registry import InvalidRow
 from pi_dispatch.settings import rehome_after_ms
 from pi_dispatch.triggers import Trigger
 
@@ -252,6 +253,7 @@ def audit(
     live_state: str = "off",
     simulate_down: Iterable[str] = (),
     host_queues: Sequence[HostQueue] = (),
+    invalid_rows: Sequence[InvalidRow] = (),
     now_ms: int = 0,
 ) -> Report:
     """The whole audit. live_rows None means --live was not asked for (or the registry was unreachable)."""
@@ -272,6 +274,7 @@ def audit(
             for host, inventory in zip(fleet, hosts, strict=True)
         }
         findings += queue_findings(host_queues, defaultdict(lambda: rehome_after_ms(None), after), now_ms)
+        findings += invalid_row_findings(invalid_rows)
     findings += _placement_findings(triggers, fleet, down, liveness)
     order = {severity: rank for rank, severity in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (order[f.severity], f.code, f.subject))

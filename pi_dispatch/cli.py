@@ -17,7 +17,7 @@ from rich.table import Table
 
 from pi_dispatch import __version__
 from pi_dispatch.errors import ConfigError, ExitStatus, PiDispatchError, Problem
-from pi_dispatch.registry import LiveHosts, Unreachable
+from pi_dispatch.registry import InvalidRow, LiveHosts, Unreachable
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="A fleet of pi workers sharing one Valkey.")
 console = Console()
@@ -100,11 +100,13 @@ def config_check(env_file: EnvFileOption = None) -> None:
 def config_show(env_file: EnvFileOption = None, as_json: JsonOption = False) -> None:
     """The effective settings and where each came from; secrets are redacted."""
     from pi_dispatch.settings import load_settings
+    from pi_dispatch.valkey import redacted
 
     settings = load_settings(env_file)
     values = settings.model_dump(mode="json", exclude={"sources"})
     if settings.valkey_password is not None:
         values["valkey_password"] = "********"  # noqa: S105 - the redaction mark
+    values["valkey_url"] = redacted(settings.valkey_url)
     if as_json:
         console.print_json(data={"settings": values, "sources": settings.sources})
         return
@@ -222,12 +224,13 @@ def audit(
         declared = {host.declared("triggers_file") for host in hosts} - {None}
         files = [Path(str(path)) for path in sorted(declared, key=str) if Path(str(path)).is_file()]
     loaded = [trigger for path in files for trigger in load_triggers(path)]
-    rows, state, host_queues = None, "off", list[HostQueue]()
+    rows, state, host_queues, invalid_rows = None, "off", list[HostQueue](), list[InvalidRow]()
     if live or url:
         result, host_queues = read_fleet(valkey_url(url))
         rows, state = (
             (result.hosts, "ok") if isinstance(result, LiveHosts) else (None, f"unreachable ({result.reason})")
         )
+        invalid_rows = result.invalid if isinstance(result, LiveHosts) else []
     report = run_audit(
         hosts,
         loaded,
@@ -235,6 +238,7 @@ def audit(
         live_state=state,
         simulate_down=simulate_down or [],
         host_queues=host_queues,
+        invalid_rows=invalid_rows,
         now_ms=wall_ms(),
     )
     if as_json:
@@ -332,7 +336,7 @@ def hosts(
     elif as_json:
         sys.stdout.write(json.dumps(result.hosts, indent=2) + "\n")
     else:
-        print_hosts(console, result.hosts)
+        print_hosts(console, result.hosts, result.invalid)
         if host_queues:
             print_host_queues(console, host_queues, after_ms, now_ms)
 
@@ -352,11 +356,11 @@ def runs(
     from pi_dispatch.settings_sources import HostFacts
 
     directory = logs_dir or Path(os.environ.get("PI_LOGS_DIR") or HostFacts.of_this_machine().default_logs_dir())
-    found, degraded = merged_runs(directory, valkey_url(url), limit, host)
+    found, degraded, skipped = merged_runs(directory, valkey_url(url), limit, host)
     if as_json:
-        sys.stdout.write(json.dumps({"degraded": degraded, "runs": found}, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"degraded": degraded, "skipped": skipped, "runs": found}, indent=2) + "\n")
     else:
-        print_runs(console, found, degraded)
+        print_runs(console, found, degraded, skipped)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ calls run on a private thread pool sized for the host's job slots, so a long wai
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import Any, Final, TypeVar
 import docker
 import docker.errors
 import requests.exceptions
+from docker.types import LogConfig
 
 from pi_dispatch.errors import PiDispatchError
 from pi_dispatch.events import EventLog, discard
@@ -28,6 +30,7 @@ LABEL_JOB: Final = "dev.pi-dispatch.job"
 LABEL_HOST: Final = "dev.pi-dispatch.host"
 LABEL_ATTEMPT: Final = "dev.pi-dispatch.attempt"
 LABEL_FLEET: Final = "dev.pi-dispatch.fleet"
+LABEL_INSTANCE: Final = "dev.pi-dispatch.instance"  # which run of the worker process started it
 STOP_GRACE_S: Final = 10
 PIDS_LIMIT: Final = 4096
 REATTACH_POLL_S: Final = 1.0
@@ -58,6 +61,9 @@ class ContainerSpec:
     cpus: float
     timeout_s: float
     network: str | None = None  # the daemon's default when None
+    user: str | None = None  # the image's own user when None
+    read_only: bool = False
+    log_mb: int = 10
 
 
 @dataclass
@@ -92,6 +98,7 @@ class ContainerRuntime:
     slots: int = 3
     fleet: str = ""  # which fleet (Valkey) the host belongs to: a demo's workers never reap a real fleet's
     log: EventLog = discard
+    instance: str = field(default_factory=lambda: secrets.token_hex(6))
     _pool: ThreadPoolExecutor = field(init=False)
 
     def __post_init__(self) -> None:
@@ -130,16 +137,38 @@ class ContainerRuntime:
             return None
         return str(found.id)
 
-    async def reap(self) -> int:
-        """Remove every container labelled as this host's, running or not; returns how many."""
+    async def _fleet_containers(self, *labels: str) -> list[Any]:
         try:
-            strays = await self._call(
-                self.client.containers.list,
-                all=True,
-                filters={"label": [f"{LABEL_HOST}={self.host}", f"{LABEL_FLEET}={self.fleet}"]},
+            found: list[Any] = await self._call(
+                self.client.containers.list, all=True, filters={"label": [f"{LABEL_FLEET}={self.fleet}", *labels]}
             )
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
             raise DockerUnavailable("the Docker daemon did not list containers") from error
+        return found
+
+    async def reap(self) -> int:
+        """Remove every container labelled as this host's, running or not; returns how many."""
+        return await self._remove_all(await self._fleet_containers(f"{LABEL_HOST}={self.host}"))
+
+    async def sweep_orphans(self, live_hosts: set[str]) -> int:
+        """Remove the fleet's containers on this daemon that nobody is waiting for: this host's from an earlier run
+        of its worker, and any host's whose worker is not live. Each may still hold its job's secrets in its
+        environment, and run beside the job's next attempt. Returns how many; never raises."""
+        try:
+            containers = await self._fleet_containers()
+        except DockerUnavailable:
+            return 0
+        orphans = []
+        for container in containers:
+            labels = container.labels if isinstance(container.labels, dict) else {}
+            host = labels.get(LABEL_HOST)
+            if (host == self.host and labels.get(LABEL_INSTANCE) != self.instance) or host not in live_hosts | {
+                self.host
+            }:
+                orphans.append(container)
+        return await self._remove_all(orphans)
+
+    async def _remove_all(self, strays: list[Any]) -> int:
         removed = 0
         for container in strays:
             try:
@@ -167,12 +196,18 @@ class ContainerRuntime:
                 LABEL_HOST: self.host,
                 LABEL_FLEET: self.fleet,
                 LABEL_ATTEMPT: str(spec.attempt),
+                LABEL_INSTANCE: self.instance,
             },
             mem_limit=f"{spec.memory_mb}m",
             network_mode=spec.network,
             nano_cpus=round(spec.cpus * 1e9),
             pids_limit=PIDS_LIMIT,
             security_opt=["no-new-privileges"],
+            cap_drop=["ALL"],
+            log_config=LogConfig(type=LogConfig.types.JSON, config={"max-size": f"{spec.log_mb}m", "max-file": "1"}),
+            read_only=spec.read_only,
+            tmpfs={"/tmp": "rw,nosuid,nodev,size=256m"} if spec.read_only else None,  # noqa: S108 - in the container
+            **({"user": spec.user} if spec.user else {}),
             volumes={str(spec.job_dir): {"bind": "/job", "mode": "ro"}},
             detach=True,
         )

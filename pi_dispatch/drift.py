@@ -10,6 +10,7 @@ from pi_dispatch.capabilities import ROUTE_FRESH_MS
 from pi_dispatch.findings import Finding
 from pi_dispatch.fleet import FleetHost, HostQueue
 from pi_dispatch.jscompat import iso_string
+from pi_dispatch.registry import InvalidRow
 
 DOCTOR_STALE_MS: Final = 300_000
 
@@ -146,3 +147,16 @@ def queue_findings(queues: Sequence[HostQueue], after_ms: Mapping[str, int], now
             )
         )
     return findings
+
+
+def invalid_row_findings(invalid: Sequence[InvalidRow]) -> list[Finding]:
+    """Rows the reader refused: a peer breaking the contract, or someone forging rows with the store's password."""
+    return [
+        Finding(
+            "row-invalid",
+            f"registry entry {row.member!r}",
+            f"is not routed to: {row.reason}",
+            f"find what writes host:h:{row.member!r} (a worker with a bad clock, or a foreign writer) and stop it",
+        )
+        for row in invalid
+    ]

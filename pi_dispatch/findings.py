@@ -39,6 +39,10 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
     "routes-drift": ("warning", "a host's routes flag disagrees with whether the inventory names it"),
     "peer-undeclared": ("warning", "a live host has peers but no declared name, so host routing is off there"),
     "digest-mismatch": ("warning", "hosts run different job image digests"),
+    "row-invalid": (
+        "warning",
+        "a registry row breaks the contract (a bad name, a beat from the future); nobody routes to it",
+    ),
     "queue-silent-host": (
         "warning",
         "a named host is silent with jobs on its queue; they move to the live fleet after PI_REHOME_AFTER_MS",

@@ -26,6 +26,23 @@ from pi_dispatch.reasons import ExitCode, Outcome, Reason, job_result
 from pi_dispatch.waits import WaitDecision, decide_wait
 
 MAX_SECRET_BYTES: Final = 65_536
+# Each binding runs the resolver once, up to its timeout: more than this is never a real job's need.
+MAX_SECRET_BINDINGS: Final = 64
+MAX_REFERENCE_CHARS: Final = 1_024
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def is_argument(value: object, limit: int) -> bool:
+    """Whether value may be handed to an operator's script as its one argument: a string that cannot read as an
+    option, holds no control character (a NUL could not even be passed), and is not absurdly long."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= limit
+        and not value.startswith("-")
+        and _CONTROL.search(value) is None
+    )
+
+
 KILL_GRACE_S: Final = 2.0
 ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
@@ -222,6 +239,10 @@ class SecretsGate:
             for variable in bound
         ):
             return Refusal(Reason.SECRET_NAME_RESERVED, name)
+        if len(bound) > MAX_SECRET_BINDINGS:
+            return Refusal(Reason.SECRET_BINDINGS_TOO_MANY, name)
+        if not all(is_argument(reference, MAX_REFERENCE_CHARS) for reference in bound.values()):
+            return Refusal(Reason.SECRET_REFERENCE_INVALID, name)
         return None
 
     async def resolve(self, job: Mapping[str, object]) -> dict[str, str] | Refusal:

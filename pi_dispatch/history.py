@@ -8,6 +8,7 @@ files older than the retention window, by mtime only.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import tempfile
 from collections.abc import Callable, Mapping
@@ -17,19 +18,19 @@ from typing import Any, Protocol
 from pi_dispatch.clock import DAY_MS, wall_ms
 from pi_dispatch.events import EventLog, discard
 from pi_dispatch.jscompat import js_json, js_json_parse
-from pi_dispatch.names import sanitize_job_id
+from pi_dispatch.names import record_stem
 
 # Temporary files end in neither .json nor .log, so the reaper and readers never take them for records.
 _TEMP_SUFFIX = ".partial"
 
 
 def record_path(logs_dir: Path, job_id: object) -> Path:
-    """Where a job's record lives."""
-    return logs_dir / f"{sanitize_job_id(job_id)}.json"
+    """Where a job's record lives (`names.record_stem`: unique per id, bounded in length)."""
+    return logs_dir / f"{record_stem(job_id)}.json"
 
 
 def _write_atomically(target: Path, content: bytes) -> None:
-    """Temp file, fsync, rename: a reader sees the old file or the new one, never half of either."""
+    """Temp file, fsync, rename, fsync of the folder: once this returns, the file survives a crash whole."""
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temp_name = tempfile.mkstemp(dir=target.parent, prefix=".", suffix=_TEMP_SUFFIX)
     try:
@@ -41,46 +42,65 @@ def _write_atomically(target: Path, content: bytes) -> None:
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)
         raise
+    folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(folder)  # the rename itself is durable only once the folder is
+    finally:
+        os.close(folder)
+
+
+def _failure(error: BaseException) -> str:
+    """A write's failure by its cause (`ENOSPC`, `EROFS`, ...), never its path."""
+    code = getattr(error, "errno", None)
+    return errno.errorcode.get(code, type(error).__name__) if isinstance(code, int) else type(error).__name__
 
 
 def write_record(logs_dir: Path, record: Mapping[str, Any], log: EventLog = discard) -> Path | None:
-    """Write the record atomically. Returns its path, or None after logging."""
+    """Write the record durably. Returns its path, or None after logging why."""
     try:
         target = record_path(logs_dir, record.get("jobId"))
         _write_atomically(target, (js_json(record) + "\n").encode("utf-8"))
         return target
     except Exception as error:
-        log("run_record_failed", {"jobId": sanitize_job_id(record.get("jobId")), "reason": type(error).__name__})
+        log("run_record_failed", {"jobId": record_stem(record.get("jobId")), "reason": _failure(error)})
         return None
 
 
 def write_job_log(logs_dir: Path, job_id: object, output: bytes, log: EventLog = discard) -> Path | None:
-    """Write a job's raw container output to `<id>.log` (mode 0600: it can quote issue text). Never raises."""
+    """Write a job's raw container output to `<stem>.log` (mode 0600: it can quote issue text). Never raises."""
     try:
-        target = logs_dir / f"{sanitize_job_id(job_id)}.log"
+        target = logs_dir / f"{record_stem(job_id)}.log"
         _write_atomically(target, output)
         return target
     except Exception as error:
-        log("job_log_failed", {"jobId": sanitize_job_id(job_id), "reason": type(error).__name__})
+        log("job_log_failed", {"jobId": record_stem(job_id), "reason": _failure(error)})
         return None
 
 
-def read_records(logs_dir: Path, limit: int = 1_000) -> list[Any]:
-    """The newest records on disk by mtime, parsed; unreadable files are skipped, never fatal."""
+def read_records_counted(logs_dir: Path, limit: int = 1_000) -> tuple[list[Any], int]:
+    """The newest records on disk by mtime, parsed, and how many were skipped as unreadable (never fatal)."""
     try:
         entries = [entry for entry in os.scandir(logs_dir) if entry.name.endswith(".json") and entry.is_file()]
     except OSError:
-        return []
+        return [], 0
     entries.sort(key=lambda entry: entry.stat().st_mtime_ns, reverse=True)
     records: list[Any] = []
+    skipped = 0
     for entry in entries[:limit]:
         try:
             record = js_json_parse(Path(entry.path).read_bytes())
         except (OSError, ValueError):
-            continue
+            record = None
         if isinstance(record, dict):
             records.append(record)
-    return records
+        else:
+            skipped += 1
+    return records, skipped
+
+
+def read_records(logs_dir: Path, limit: int = 1_000) -> list[Any]:
+    """The newest records on disk by mtime, parsed; unreadable files are skipped, never fatal."""
+    return read_records_counted(logs_dir, limit)[0]
 
 
 def reap_logs(logs_dir: Path, retention_days: int, *, now: Callable[[], int] = wall_ms, log: EventLog = discard) -> int:
@@ -114,28 +134,43 @@ class Mirror(Protocol):
 
 
 class RunRecorder:
-    """Record a finished run: the file first, always; then, without waiting, the fleet mirror.
+    """Record a finished run: the file first, durably; then, without waiting, the fleet mirror.
 
-    The order is the point: a crash between the two leaves a record without a fleet row, never a fleet
-    row without a record. The mirror is only given when this host declared a worker name.
+    The order is the point: the fleet never shows a run whose file does not exist. A record that cannot be
+    written (disk full, read-only) is logged with why and kept, and `retry` (each beat) writes it, then mirrors
+    it, once the disk takes it again; nothing is dropped while the worker runs. The mirror is only given when
+    this host declared a worker name.
     """
 
     def __init__(self, logs_dir: Path, mirror: Mirror | None, log: EventLog = discard) -> None:
         self.logs_dir = logs_dir
         self.mirror = mirror
         self.log = log
-        self._pending: set[asyncio.Task[bool]] = set()
+        self._in_flight: set[asyncio.Task[bool]] = set()
+        self.unwritten: dict[str, Mapping[str, Any]] = {}  # record stem -> the latest record not yet on disk
 
     def record(self, record: Mapping[str, Any]) -> Path | None:
-        """Write the record file, then start mirroring it; returns the file's path (None if it failed)."""
+        """Write the record file, then start mirroring it; returns the file's path (None: kept for a retry)."""
+        stem = record_stem(record.get("jobId"))
         path = write_record(self.logs_dir, record, self.log)
+        if path is None:
+            self.unwritten[stem] = record
+            return None
+        self.unwritten.pop(stem, None)
         if self.mirror is not None:
-            task = asyncio.ensure_future(self.mirror.mirror(record, sanitize_job_id(record.get("jobId"))))
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+            task = asyncio.ensure_future(self.mirror.mirror(record, stem))
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
         return path
+
+    def retry(self) -> int:
+        """Write (then mirror) the records the disk refused before; returns how many are still unwritten."""
+        for record in list(self.unwritten.values()):
+            if self.record(record) is not None:
+                self.log("run_record_written_late", {"jobId": record_stem(record.get("jobId"))})
+        return len(self.unwritten)
 
     async def settle(self) -> None:
         """Wait for mirrors still in flight (each is bounded), e.g. before shutdown."""
-        if self._pending:
-            await asyncio.gather(*self._pending, return_exceptions=True)
+        if self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)

@@ -171,6 +171,11 @@ class RoleVars(BaseModel):
         "an absolute path such as /etc/pi-dispatch/worker.env",
     )
     install_docker: Switch = role_var("install_docker", "install docker.io from Debian.", "true or false")
+    docker_proxy: Switch = role_var(
+        "docker_proxy",
+        "reach Docker through a socket proxy that passes only the worker's calls, instead of the docker group.",
+        "true or false",
+    )
     docker_gid: Gid = role_var(
         "docker_gid", "the docker group's gid when it must match a socket made elsewhere.", "a gid, or empty"
     )

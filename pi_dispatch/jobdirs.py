@@ -1,8 +1,9 @@
 """Job folders: what a job's container reads at `/job`, written before it starts and removed after it ends.
 
 A folder holds the job's event (its trigger, verbatim) as `event.json` and its fields minus secrets, wait
-conditions and hold state as `job.json`. Folders are named `<worker>-<job>-<random>.job`, so a jobs dir
-shared by mistake never mixes two workers' folders, and a worker clears only its own at boot.
+conditions and hold state as `job.json`. Each worker keeps its folders under a folder of its own,
+`<jobs dir>/<worker>/<job>-<random>.job`, so a jobs dir shared by mistake never mixes two workers' folders, and a
+worker clears only its own at boot (a name that is a prefix of another's, `a` and `a-b`, included).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from pi_dispatch.jscompat import js_json
-from pi_dispatch.names import sanitize_job_id
+from pi_dispatch.names import record_stem
 from pi_dispatch.waits import HOLD_KEY
 
 JOB_DIR_SUFFIX: Final = ".job"
@@ -23,11 +24,16 @@ JOB_DIR_SUFFIX: Final = ".job"
 PRIVATE_KEYS: Final = frozenset({"secrets", "secretsProfile", "waitFor", HOLD_KEY})
 
 
+def worker_jobs_dir(jobs_dir: Path, worker: str) -> Path:
+    return jobs_dir / worker
+
+
 def write_job_dir(jobs_dir: Path, worker: str, job_id: str, data: Mapping[str, Any]) -> Path:
     """A fresh folder holding the job's event and its non-secret fields, readable by the job image's user."""
     jobs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    prefix = f"{worker}-{sanitize_job_id(job_id)}-"
-    folder = Path(tempfile.mkdtemp(dir=jobs_dir, prefix=prefix, suffix=JOB_DIR_SUFFIX))
+    own = worker_jobs_dir(jobs_dir, worker)
+    own.mkdir(mode=0o711, exist_ok=True)  # the daemon mounts a folder inside; nobody need list them
+    folder = Path(tempfile.mkdtemp(dir=own, prefix=f"{record_stem(job_id)}-", suffix=JOB_DIR_SUFFIX))
     folder.chmod(0o755)  # the job image may read it as any user; it holds no secret
     trigger = data.get("trigger")
     event = js_json(trigger if isinstance(trigger, Mapping) else {})
@@ -39,12 +45,11 @@ def write_job_dir(jobs_dir: Path, worker: str, job_id: str, data: Mapping[str, A
 
 
 def clear_job_dirs(jobs_dir: Path, worker: str) -> int:
-    """Remove the job folders a previous run of this worker left behind: its own only, by name."""
+    """Remove the job folders a previous run of this worker left behind: its own folder's, nobody else's."""
     removed = 0
     with contextlib.suppress(OSError):
-        for folder in jobs_dir.iterdir():
-            ours = folder.name.startswith(f"{worker}-") and folder.name.endswith(JOB_DIR_SUFFIX)
-            if ours and folder.is_dir() and not folder.is_symlink():
+        for folder in worker_jobs_dir(jobs_dir, worker).iterdir():
+            if folder.name.endswith(JOB_DIR_SUFFIX) and folder.is_dir() and not folder.is_symlink():
                 shutil.rmtree(folder, ignore_errors=True)
                 removed += 1
     return removed

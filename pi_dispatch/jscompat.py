@@ -287,7 +287,10 @@ def js_json_parse(text: str | bytes) -> object:
     """`JSON.parse`: strict UTF-8, no NaN or Infinity literals (Python's json would accept those)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8")
-    return json.loads(text, parse_constant=_reject_constant)
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError as error:  # JSON.parse has no such limit; a reader must still not crash on it
+        raise ValueError("nested too deeply to read") from error
 
 
 def iso_string(epoch_ms: int) -> str:

@@ -156,6 +156,7 @@ class MirroredRuns:
 
     runs: list[Any]
     degraded: str
+    skipped: int = 0  # members whose record could not be read as one
 
 
 async def read_mirrored_runs(
@@ -183,7 +184,7 @@ async def read_mirrored_runs(
             record = js_json_parse(body) if body else None
         except ValueError:
             record = None
-        if isinstance(record, dict | list):
+        if isinstance(record, dict):
             runs.append(record)
         else:
             stale.append(member)
@@ -191,7 +192,7 @@ async def read_mirrored_runs(
         # Best effort: a straggler costs one skipped row next time, never a wrong one.
         with contextlib.suppress(Exception):
             await bounded(client.zrem(RUNS_INDEX, *stale), timeout_s)
-    return MirroredRuns(runs, "truncated" if len(runs) >= limit else "ok")
+    return MirroredRuns(runs, "truncated" if len(runs) >= limit else "ok", len(stale))
 
 
 def _text(member: bytes | str) -> str:

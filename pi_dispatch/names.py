@@ -6,6 +6,7 @@ also matches before a trailing newline and JavaScript's does not.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Final
 
@@ -18,6 +19,7 @@ RESERVED_TAIL_RE: Final = re.compile(r"\.(?:[Jj][Ss][Oo][Nn]|[Ll][Oo][Gg])\Z")
 # A container image reference as Docker takes it (name, tag, digest), 255 characters at most.
 IMAGE_REFERENCE_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
 FALLBACK_WORKER_NAME: Final = "worker"
+PLAIN_STEM_MAX: Final = 100
 UNKNOWN_JOB: Final = "unknown-job"
 
 _JOB_ID_SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -58,6 +60,22 @@ def sanitize_worker_name(raw: object) -> str:
     if tail is not None:
         text = text[: tail.start()] + "-" + text[tail.start() + 1 :]
     return text
+
+
+def record_stem(job_id: object) -> str:
+    """The file stem (and mirror member) of a job's run record: unique per job id, at most 117 characters.
+
+    A plain id (one the sanitizer leaves as it is, 100 characters at most) is its own stem, as the reference names
+    it, so a Node reader finds it. Any other id is its sanitized form cut to 100 characters, `~`, and 16 hex of the
+    SHA-256 of the exact id: ids that sanitize alike (`gh-a/b`, `gh-a_b`) or share a long prefix never collide,
+    and a plain stem never contains `~`.
+    """
+    sanitized = sanitize_job_id(job_id)
+    exact = UNKNOWN_JOB if nullish(job_id) else js_string(job_id)
+    if sanitized == exact and len(exact) <= PLAIN_STEM_MAX:
+        return sanitized
+    digest = hashlib.sha256(exact.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{sanitized[:PLAIN_STEM_MAX]}~{digest}"
 
 
 def worker_name_of(declared: str | None, hostname: str) -> str:

@@ -11,15 +11,17 @@ from typing import Any
 from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from pi_dispatch.audit import SEVERITIES, Report
 from pi_dispatch.clock import wall_ms
+from pi_dispatch.display import plain, visible
 from pi_dispatch.errors import PiDispatchError
 from pi_dispatch.fleet import FleetHost, HostQueue
-from pi_dispatch.history import read_records
+from pi_dispatch.history import read_records_counted
 from pi_dispatch.jscompat import iso_string
 from pi_dispatch.mirror import MirroredRuns, hosts_in, merge_runs, read_mirrored_runs
-from pi_dispatch.registry import LiveHosts, Unreachable, read_live_hosts
+from pi_dispatch.registry import InvalidRow, LiveHosts, Unreachable, read_live_hosts
 from pi_dispatch.rehome import read_host_queues
 from pi_dispatch.valkey import DEFAULT_VALKEY_URL, connect, describe, with_password
 
@@ -112,15 +114,23 @@ def print_report(console: Console, report: Report) -> None:
         for column, ratio in (("subject", 3), ("finding", 5), ("fix", 4)):
             table.add_column(column, ratio=ratio, overflow="fold")
         for finding in rows:
-            table.add_row(finding.code, finding.subject, finding.message, finding.fix or "-")
+            table.add_row(
+                *(visible(text, 2_000) for text in (finding.code, finding.subject, finding.message)),
+                visible(finding.fix or "-", 2_000),
+            )
         console.print(table)
     summary = ", ".join(f"{report.count(severity)} {severity}" for severity in SEVERITIES)
     down = f"; simulated down: {', '.join(report.simulated_down)}" if report.simulated_down else ""
-    console.print(f"{report.hosts} hosts, {report.triggers} triggers, live registry: {report.live}{down} -> {summary}")
+    console.print(
+        visible(
+            f"{report.hosts} hosts, {report.triggers} triggers, live registry: {report.live}{down} -> {summary}", 2_000
+        )
+    )
 
 
-def print_hosts(console: Console, hosts: list[dict[str, object]]) -> None:
-    """The registry as every router reads it: the routes flag and the capability tokens a peer honours."""
+def print_hosts(console: Console, hosts: list[dict[str, object]], invalid: list[InvalidRow] | None = None) -> None:
+    """The registry as every router reads it: the routes flag and the capability tokens a peer honours; and the
+    rows nobody routes to, with why."""
     table = Table(title=f"Live registry ({len(hosts)} hosts)")
     for column in ("name", "routes", "caps", "stale", "version", "tz", "concurrency"):
         table.add_column(column)
@@ -128,15 +138,20 @@ def print_hosts(console: Console, hosts: list[dict[str, object]]) -> None:
         stale = host.get("staleMs")
         seen = FleetHost.of_row(host)
         table.add_row(
-            seen.name,
-            seen.routes,
-            seen.caps or "-",
-            f"{int(stale) / 1000:.0f} s" if isinstance(stale, int) else "undatable",
-            str(host.get("version", "")),
-            str(host.get("tz", "")),
-            str(host.get("concurrency", "")),
+            visible(seen.name),
+            visible(seen.routes),
+            visible(seen.caps or "-"),
+            visible(f"{int(stale) / 1000:.0f} s" if isinstance(stale, int) else "undatable"),
+            *(visible(host.get(field, "")) for field in ("version", "tz", "concurrency")),
         )
     console.print(table)
+    if invalid:
+        refused = Table(title=f"Invalid rows ({len(invalid)}): never routed to")
+        refused.add_column("registry entry")
+        refused.add_column("why")
+        for row in invalid:
+            refused.add_row(visible(row.member), visible(row.reason))
+        console.print(refused)
 
 
 def print_host_queues(console: Console, queues: list[HostQueue], after_ms: int, now_ms: int) -> None:
@@ -153,35 +168,42 @@ def print_host_queues(console: Console, queues: list[HostQueue], after_ms: int, 
         else:
             host = f"silent since {iso_string(queue.silent_since_ms)}"
             when = "due now" if due <= now_ms else f"at {iso_string(due)} (in {(due - now_ms) // 1000} s)"
-        table.add_row(queue.queue, queue.counts.describe(), host, when)
+        table.add_row(visible(queue.queue), visible(queue.counts.describe()), visible(host), visible(when))
     console.print(table)
 
 
-def merged_runs(logs_dir: Path, url: str, limit: int, host: str | None) -> tuple[list[Any], str]:
-    """This host's record files merged with the fleet mirror, and how far to trust the mirror."""
+def merged_runs(logs_dir: Path, url: str, limit: int, host: str | None) -> tuple[list[Any], str, int]:
+    """This host's record files merged with the fleet mirror, how far to trust the mirror, and how many records
+    were skipped as unreadable."""
     mirrored = read_mirror(url, limit)
-    runs = merge_runs(read_records(logs_dir), mirrored.runs, limit=limit if host is None else 10 * limit)
+    local, skipped = read_records_counted(logs_dir)
+    runs = merge_runs(local, mirrored.runs, limit=limit if host is None else 10 * limit)
     if host is not None:
         runs = [run for run in runs if run.get("host") == host][:limit]
-    return runs, mirrored.degraded
+    return runs, mirrored.degraded, skipped + mirrored.skipped
 
 
-def print_runs(console: Console, runs: list[Any], degraded: str) -> None:
+def print_runs(console: Console, runs: list[Any], degraded: str, skipped: int = 0) -> None:
     title = (
         "RUNS · this host only"
         if degraded.startswith("unreachable")
-        else f"RUNS · fleet ({', '.join(hosts_in(runs)) or 'none'})"
+        else f"RUNS · fleet ({', '.join(plain(name) for name in hosts_in(runs)) or 'none'})"
     )
-    table = Table(title=f"{title} · mirror {degraded}")
+    table = Table(title=Text(plain(f"{title} · mirror {degraded}", 2_000)))
     for column in ("ended", "job id", "host", "kind", "outcome", "reason"):
         table.add_column(column)
     for run in runs:
+        if not isinstance(run, dict):
+            skipped += 1
+            continue
         table.add_row(
-            str(run.get("endedAt") or run.get("startedAt") or "?"),
-            str(run.get("jobId")),
-            str(run.get("host") or "?"),
-            str(run.get("kind") or ""),
-            str(run.get("outcome") or ""),
-            str(run.get("reason") or "-"),
+            visible(run.get("endedAt") or run.get("startedAt") or "?"),
+            visible(run.get("jobId")),
+            visible(run.get("host") or "?"),
+            visible(run.get("kind") or ""),
+            visible(run.get("outcome") or ""),
+            visible(run.get("reason") or "-"),
         )
     console.print(table)
+    if skipped:
+        console.print(f"{skipped} malformed records skipped")

@@ -20,6 +20,9 @@ class Reason(StrEnum):
     SECRET_NAME_RESERVED = "secret-name-reserved"
     SECRET_UNRESOLVED = "secret-unresolved"
     SECRET_RESOLVER_UNREACHABLE = "secret-resolver-unreachable"
+    # this port's own: a reference that could read as an option or hold a control character, too many bindings
+    SECRET_REFERENCE_INVALID = "secret-reference-invalid"
+    SECRET_BINDINGS_TOO_MANY = "secret-bindings-too-many"
     # the wait gate (a profile's check, an `after` instant)
     WAIT_REFUSED = "wait-refused"
     WAIT_EXPIRED = "wait-expired"
@@ -29,6 +32,8 @@ class Reason(StrEnum):
     WAIT_SKEW = "wait-skew"
     WAIT_UNREADABLE = "wait-unreadable"
     WAIT_AFTER_BEYOND_MAX = "wait-after-beyond-max"
+    # this port's own: a target that would reach a check script as an option or with control characters
+    JOB_TARGET_INVALID = "job-target-invalid"
     # the reference's runner policies, kept so a Node worker's records read back unchanged
     WORKER_ABORT = "worker-abort"
     OVER_BUDGET = "over-budget"
@@ -37,6 +42,11 @@ class Reason(StrEnum):
     EGRESS_PROXY_MISSING = "egress-proxy-missing"
     # the job's container
     JOB_IMAGE_MISSING = "job-image-missing"
+    # this port's own: an image the host does not allow (PI_ALLOWED_IMAGES), a job larger or deeper than allowed
+    JOB_IMAGE_NOT_ALLOWED = "job-image-not-allowed"
+    JOB_TOO_LARGE = "job-too-large"
+    JOB_TOO_DEEP = "job-too-deep"
+    JOB_UNREADABLE = "job-unreadable"
     JOB_TIMEOUT = "job-timeout"
     CONTAINER_FAILED = "container-failed"
     CONTAINER_POLICY = "container-policy"
@@ -48,7 +58,6 @@ class Reason(StrEnum):
 
 
 REASONS: Final = frozenset(Reason)
-SECRET_REASONS: Final = frozenset(reason for reason in Reason if reason.startswith("secret-"))
 WAIT_REASONS: Final = frozenset(reason for reason in Reason if reason.startswith("wait-"))
 
 

@@ -49,7 +49,7 @@ def _target(kind: object, data: Mapping[str, Any]) -> str | None:
     if kind == LOCAL_KIND:
         folder = data.get("folder")
         return "local:" + posixpath.basename(js_string(folder).rstrip("/")) if not nullish(folder) else "local:"
-    if kind in FORGE_KINDS:
+    if isinstance(kind, str) and kind in FORGE_KINDS:
         target = get(data, "target")
         return (
             js_string(data.get("repo", MISSING))
@@ -163,7 +163,7 @@ def build_record(
         "replica": _int_or_none(job_data.get("replica")),
         "replicas": _int_or_none(job_data.get("replicas")),
         "triggerIndex": _int_or_none(get(matched, "index")),
-        "triggerType": trigger_type if trigger_type in TRIGGER_TYPES else None,
+        "triggerType": trigger_type if isinstance(trigger_type, str) and trigger_type in TRIGGER_TYPES else None,
         "session": _session(source.get("session")),
         "host": host,
     }

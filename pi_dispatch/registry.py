@@ -22,7 +22,7 @@ from pi_dispatch.clock import wall_ms
 from pi_dispatch.events import EventLog, discard
 from pi_dispatch.jscompat import finite, js_number, js_sorted, js_string, utf16_key
 from pi_dispatch.keys import HOST_LIVE, host_row_key
-from pi_dispatch.names import PROFILE_NAME_RE, WORKER_NAME_RE
+from pi_dispatch.names import PROFILE_NAME_RE, WORKER_NAME_RE, worker_name_problem
 from pi_dispatch.valkey import OP_TIMEOUT_S, bounded, describe
 
 if TYPE_CHECKING:
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 HOST_BEAT_MS: Final = 15_000
 HOST_TTL_MS: Final = 90_000
+# How far ahead of the reader's clock a beat may be and still count: hosts' clocks differ a little, never by more.
+CLOCK_SKEW_MS: Final = 60_000
 # A value that looks like a filesystem path is operator topology, not a fact peers need.
 PATH_LIKE: Final = re.compile(r"^[/\\]|\\|^[A-Za-z]:[/\\]")
 
@@ -145,9 +147,18 @@ class HostRegistry:
 
 @dataclass(frozen=True)
 class LiveHosts:
-    """Rows read from the registry: wire fields as strings plus the derived `staleMs`."""
+    """Rows read from the registry: wire fields as strings plus the derived `staleMs`; and the rows refused."""
 
     hosts: list[dict[str, object]]
+    invalid: list[InvalidRow] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class InvalidRow:
+    """A row nobody routes to, and why: written by a peer that breaks the contract, or by someone forging it."""
+
+    member: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -161,15 +172,26 @@ def _decode(raw: bytes | str) -> str:
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
 
 
-def host_from_row(member: str, row: Mapping[str, str], now_ms: int) -> dict[str, object]:
-    """A reader's host: the row's fields, its name, and `staleMs` when the row can be dated.
+def host_from_row(member: str, row: Mapping[str, str], now_ms: int) -> dict[str, object] | InvalidRow:
+    """A reader's host: the row's fields, its name, and `staleMs` when the row can be dated; or why it is refused.
 
-    A row with no readable `beatAt` gets no `staleMs` at all, which routing reads as not live.
+    A row with no readable `beatAt` gets no `staleMs` at all, which routing reads as not live. A name that is not a
+    worker name, or differs from the registry entry it was found under, or a beat further ahead than the clock
+    skew allowed, is refused: such a row would otherwise steer routing to a queue nobody drains, or stay live
+    forever. Unknown fields stay (Node rows carry more).
     """
+    name = row.get("name") or member
+    if worker_name_problem(name) is not None:
+        return InvalidRow(member, "its name is not a worker name")
+    if name != member:
+        return InvalidRow(member, f"its name differs from the registry entry it is under ({name!r})")
     host: dict[str, object] = dict(row)
-    host["name"] = row.get("name") or member
+    host["name"] = name
     beat = js_number(row["beatAt"]) if row.get("beatAt", "").strip() else math.nan
     if finite(beat):
+        ahead = int(beat) - now_ms
+        if ahead > CLOCK_SKEW_MS:
+            return InvalidRow(member, f"its beat is {ahead // 1000} s in the future (a skewed clock, or forged)")
         host["staleMs"] = max(0, now_ms - int(beat))
     return host
 
@@ -195,20 +217,26 @@ async def read_live_hosts(
         return Unreachable(describe(error))
     now_ms = now()
     hosts: list[dict[str, object]] = []
+    invalid: list[InvalidRow] = []
     ghosts: list[str] = []
     for member, raw_row in zip(members, rows, strict=True):
         if isinstance(raw_row, BaseException):
+            invalid.append(InvalidRow(member, "its entry is not a hash"))
             continue
         if not raw_row:
             ghosts.append(member)
             continue
         row = {_decode(key): _decode(value) for key, value in raw_row.items()}
-        hosts.append(host_from_row(member, row, now_ms))
+        read = host_from_row(member, row, now_ms)
+        if isinstance(read, InvalidRow):
+            invalid.append(read)
+        else:
+            hosts.append(read)
     if ghosts and prune:
         with contextlib.suppress(Exception):
             await bounded(client.srem(HOST_LIVE, *ghosts), timeout_s)
     hosts.sort(key=lambda host: utf16_key(str(host["name"])))
-    return LiveHosts(hosts)
+    return LiveHosts(hosts, invalid)
 
 
 _TOKEN: Final = f"[{CAP_SECRET}{CAP_WAIT}]:{PROFILE_NAME_RE.pattern}"

@@ -42,6 +42,7 @@ VALKEY_URL: Final = r"(?:redis|rediss|unix)://[^\x00-\x20\x7f]+"
 ZONE: Final = r":?[A-Za-z0-9_+./-]+"
 CPUS: Final = r"[1-9][0-9]{0,3}(?:\.[0-9]{1,2})?|0\.(?:[1-9][0-9]?|0[1-9])"
 _BLANKS: Final = "[ \\t]*"
+MAX_LIST: Final = 64
 _WHOLE: Final = re.compile(r"[ \t]*(0|[1-9][0-9]{0,17})[ \t]*")
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -183,6 +184,35 @@ class ProfilesForm(Form):
         return render_profiles({str(name): str(path) for name, path in table.items()})
 
 
+@dataclass(frozen=True, kw_only=True)
+class ListForm(Form):
+    """Comma-separated items in the env file, a list in the inventory; empty means none."""
+
+    item: str
+    what: str
+    blank_is_default: bool = True
+
+    def host_types(self) -> tuple[type, ...]:
+        return (list,)
+
+    def noun(self, bounds: Bounds) -> str:
+        return f"{self.what}, comma separated"
+
+    def env_schema(self, bounds: Bounds) -> dict[str, Any]:
+        item = grouped(self.item)
+        return {"pattern": schema_pattern(f"|{item}(?:,{item})*")}
+
+    def host_schema(self, bounds: Bounds) -> dict[str, Any]:
+        return {
+            "type": "array",
+            "items": {"type": "string", "pattern": schema_pattern(self.item)},
+            "maxItems": MAX_LIST,
+        }
+
+    def env_text(self, value: object) -> str:
+        return ",".join(str(item) for item in value) if isinstance(value, list | tuple) else str(value)
+
+
 def refused(message: str = "", problems: list[Problem] | None = None) -> PydanticCustomError:
     """A refusal for `field_problems` to word: message (or the form's noun) and any problems found in the value."""
     return PydanticCustomError("pi_dispatch", "{message}", {"message": message, "problems": problems or []})
@@ -222,6 +252,20 @@ def matching(form: TextForm) -> BeforeValidator:
     return BeforeValidator(check)
 
 
+def _items(form: ListForm) -> BeforeValidator:
+    compiled = re.compile(form.item)
+
+    def split(value: object) -> object:
+        if isinstance(value, str):
+            items = [item for item in value.split(",") if item] if value else []
+            if len(items) > MAX_LIST or any(compiled.fullmatch(item) is None for item in items):
+                raise refused()
+            return tuple(items)
+        return value
+
+    return BeforeValidator(split)
+
+
 def _worker_name(value: object) -> object:
     if isinstance(value, str) and (problem := worker_name_problem(value)):
         raise refused(f"{value!r} {problem}")
@@ -250,6 +294,12 @@ _PASSWORD = TextForm(pattern=NO_CONTROL, what="one line", blank_is_default=True,
 _HOST_DIR = TextForm(pattern=ABSOLUTE_PATH, what="an absolute path", blank_is_default=True)
 _IMAGE = TextForm(pattern=IMAGE_REFERENCE_RE.pattern, what="an image reference")
 _ZONE = TextForm(pattern=ZONE, what="a zone name", blank_is_default=True)
+_IMAGES = ListForm(item=IMAGE_REFERENCE_RE.pattern, what="image references")
+_USER = TextForm(
+    pattern=r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?",
+    what="a user[:group] name or id",
+    blank_is_default=True,
+)
 _NETWORK = TextForm(pattern=r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", what="a Docker network name", blank_is_default=True)
 
 Whole = Annotated[int, BeforeValidator(_whole), WholeForm()]
@@ -266,6 +316,8 @@ HostDir = Annotated[Path, matching(_HOST_DIR), _HOST_DIR]
 ImageReference = Annotated[str, matching(_IMAGE), _IMAGE]
 Zone = Annotated[str | None, matching(_ZONE), _ZONE]
 JobNetwork = Annotated[str | None, matching(_NETWORK), _NETWORK]
+ImageList = Annotated[tuple[str, ...], NoDecode, _items(_IMAGES), _IMAGES]
+ContainerUser = Annotated[str | None, matching(_USER), _USER]
 
 
 def form_of(field: FieldInfo) -> Form:

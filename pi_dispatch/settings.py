@@ -28,9 +28,11 @@ from pi_dispatch.schemas import explained, problems
 from pi_dispatch.setting_types import (
     X_FIX,
     X_HOST_VAR,
+    ContainerUser,
     Cpus,
     Flag,
     HostDir,
+    ImageList,
     ImageReference,
     JobNetwork,
     Password,
@@ -64,6 +66,11 @@ def setting(
 
 
 MS = "a whole number of milliseconds"
+
+
+def unbounded(variable: str, default: int, description: str, fix: str = f"{MS}, 1 or more") -> Any:
+    """A whole-number setting with no natural upper limit: 1 or more, as the env grammar always allowed."""
+    return setting(variable, default, description, fix, ge=1, le=WHOLE_MAX)
 
 
 class WorkerSettings(BaseSettings):
@@ -149,6 +156,33 @@ class WorkerSettings(BaseSettings):
         "The job image a job runs in unless it names its own.",
         "an image reference such as pi-job:latest",
     )
+    allowed_images: ImageList = setting(
+        "PI_ALLOWED_IMAGES",
+        (),
+        "Images a job may name besides PI_JOB_IMAGE, comma separated; empty: only PI_JOB_IMAGE. A job naming any "
+        "other is refused (job-image-not-allowed).",
+        "image references such as pi-job:latest,registry.lan/pi-job:2, comma separated",
+    )
+    job_user: ContainerUser = setting(
+        "PI_JOB_USER",
+        None,
+        "The user (and group) job containers run as, e.g. 1000:1000 or nobody. Empty: the image's own user.",
+        "a user name or id, optionally :group, as docker run --user takes it",
+    )
+    job_read_only: Flag = setting(
+        "PI_JOB_READ_ONLY",
+        False,
+        "1 runs job containers with a read-only root filesystem (a private /tmp stays writable).",
+        "1 for a read-only root filesystem, 0 or empty not to; true or false in the inventory",
+    )
+    job_log_mb: Whole = setting(
+        "PI_JOB_LOG_MB",
+        10,
+        "The most a job container's output may take on the Docker host, in MiB; older output is dropped.",
+        "a whole number of MiB from 1 to 1024",
+        ge=1,
+        le=1024,
+    )
     job_network: JobNetwork = setting(
         "PI_JOB_NETWORK",
         None,
@@ -188,81 +222,41 @@ class WorkerSettings(BaseSettings):
         ge=1,
         le=3_600_000,
     )
-    lock_duration_ms: WholeMs = setting(
+    lock_duration_ms: WholeMs = unbounded(
         "PI_LOCK_DURATION_MS",
         30_000,
         "BullMQ job lock; a job whose worker died is taken up again within about twice this.",
-        f"{MS}, 1 or more",
-        ge=1,
-        le=WHOLE_MAX,
     )
-    rehome_after_ms: WholeMs = setting(
+    rehome_after_ms: WholeMs = unbounded(
         "PI_REHOME_AFTER_MS",
         120_000,
         f"How long a named host may be silent (no live registry row) before live workers move the jobs on its "
         f"queue to the live fleet; raised to at least {REHOME_FLOOR_MS}. Longer than a restart takes.",
-        f"{MS}, 1 or more",
-        ge=1,
-        le=WHOLE_MAX,
     )
-    secret_resolve_timeout_ms: WholeMs = setting(
-        "PI_SECRET_RESOLVE_TIMEOUT_MS",
-        10_000,
-        "Per-reference secret resolver timeout.",
-        f"{MS}, 1 or more",
-        ge=1,
-        le=WHOLE_MAX,
+    secret_resolve_timeout_ms: WholeMs = unbounded(
+        "PI_SECRET_RESOLVE_TIMEOUT_MS", 10_000, "Per-reference secret resolver timeout."
     )
-    wait_check_timeout_ms: WholeMs = setting(
-        "PI_WAIT_CHECK_TIMEOUT_MS", 10_000, "Per-check wait-profile timeout.", f"{MS}, 1 or more", ge=1, le=WHOLE_MAX
-    )
-    wait_interval_ms: WholeMs = setting(
+    wait_check_timeout_ms: WholeMs = unbounded("PI_WAIT_CHECK_TIMEOUT_MS", 10_000, "Per-check wait-profile timeout.")
+    wait_interval_ms: WholeMs = unbounded(
         "PI_WAIT_INTERVAL_MS",
         60_000,
         f"Base re-check cadence of a held job; raised to at least {WAIT_INTERVAL_FLOOR_MS}.",
-        f"{MS}, 1 or more",
-        ge=1,
-        le=WHOLE_MAX,
     )
-    wait_max_ms: WholeMs = setting(
-        "PI_WAIT_MAX_MS",
-        DAY_MS,
-        "Longest a job may be held by its wait profiles.",
-        f"{MS}, 1 or more",
-        ge=1,
-        le=WHOLE_MAX,
+    wait_max_ms: WholeMs = unbounded("PI_WAIT_MAX_MS", DAY_MS, "Longest a job may be held by its wait profiles.")
+    wait_after_max_ms: WholeMs = unbounded(
+        "PI_WAIT_AFTER_MAX_MS", 30 * DAY_MS, "Furthest in the future an `after` instant may be."
     )
-    wait_after_max_ms: WholeMs = setting(
-        "PI_WAIT_AFTER_MAX_MS",
-        30 * DAY_MS,
-        "Furthest in the future an `after` instant may be.",
-        f"{MS}, 1 or more",
-        ge=1,
-        le=WHOLE_MAX,
-    )
-    wait_check_slots: Whole = setting(
+    wait_check_slots: Whole = unbounded(
         "PI_WAIT_CHECK_SLOTS",
         1,
         "Concurrent wait checks; fleet-wide once a name is declared.",
         "a whole number, 1 or more",
-        ge=1,
-        le=WHOLE_MAX,
     )
-    wait_max_checks: Whole = setting(
-        "PI_WAIT_MAX_CHECKS",
-        96,
-        "Checks per held job before wait-expired.",
-        "a whole number, 1 or more",
-        ge=1,
-        le=WHOLE_MAX,
+    wait_max_checks: Whole = unbounded(
+        "PI_WAIT_MAX_CHECKS", 96, "Checks per held job before wait-expired.", "a whole number, 1 or more"
     )
-    wait_max_faults: Whole = setting(
-        "PI_WAIT_MAX_FAULTS",
-        5,
-        "Consecutive check faults before wait-unanswerable.",
-        "a whole number, 1 or more",
-        ge=1,
-        le=WHOLE_MAX,
+    wait_max_faults: Whole = unbounded(
+        "PI_WAIT_MAX_FAULTS", 5, "Consecutive check faults before wait-unanswerable.", "a whole number, 1 or more"
     )
     tz: Zone = setting(
         "TZ",

@@ -48,7 +48,7 @@ def _run_problems(path: str, run: object) -> list[str]:
     if not isinstance(run, Mapping):
         return [f"{path}: run must be an object"]
     found = []
-    if "kind" in run and run["kind"] not in JOB_KINDS:
+    if "kind" in run and not (isinstance(run["kind"], str) and run["kind"] in JOB_KINDS):
         found.append(f"{path}/kind: {run['kind']!r} is not one of {', '.join(sorted(JOB_KINDS))}")
     if "secretsProfile" in run and not is_profile_name(run["secretsProfile"]):
         found.append(f"{path}/secretsProfile: {run['secretsProfile']!r} is not a profile name")
@@ -76,7 +76,7 @@ def check_triggers(document: object) -> list[str]:
             found.append(f"{path}: a trigger has on and run")
             continue
         on = trigger["on"]
-        if not isinstance(on, Mapping) or on.get("type") not in TRIGGER_TYPES:
+        if not isinstance(on, Mapping) or not (isinstance(on.get("type"), str) and on["type"] in TRIGGER_TYPES):
             found.append(f"{path}/on/type: must be one of {', '.join(sorted(TRIGGER_TYPES))}")
         found += _run_problems(f"{path}/run", trigger["run"])
     return found

@@ -92,12 +92,23 @@ def fleet_id(url: str) -> str:
 def with_password(url: str, password: str | None) -> str:
     """The URL with the password set as its userinfo, for clients that only take a URL (BullMQ's).
 
-    A password already in the URL wins, as the reference has it. The result holds the secret: keep it in
-    memory, never log or print it.
+    A password already in the URL wins, as the reference has it. A `unix://` URL carries it the same way
+    (`unix://:secret@/run/valkey.sock`), so every client of a socket authenticates too. The result holds the
+    secret: keep it in memory, never log or print it.
     """
     parts = urlsplit(url)
-    if not password or parts.password or parts.scheme == "unix":
+    if not password or parts.password:
         return url
     user = parts.username or ""
     host = parts.netloc.rsplit("@", 1)[-1]
     return urlunsplit(parts._replace(netloc=f"{quote(user, safe='')}:{quote(password, safe='')}@{host}"))
+
+
+def redacted(url: str) -> str:
+    """The URL with any password in it masked, for showing."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{user}:********@{host}"))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.events import EventLog, discard
-from pi_dispatch.gates import Refusal, run_wait_check, usable_script
+from pi_dispatch.gates import Refusal, is_argument, run_wait_check, usable_script
 from pi_dispatch.jobs import FORGE_KINDS, QueuedJob, target_separator
 from pi_dispatch.keys import WAIT_CHECK_LEASE_PREFIX
 from pi_dispatch.reasons import Reason
@@ -40,12 +40,17 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
 ABORTED_RECHECK_MS: Final = 1_000
+MAX_TARGET_CHARS: Final = 1_024
 
 
 def wait_target(data: Mapping[str, Any]) -> str | None:
     """The id-only label a wait check is given: `<repo><sep><number>`, or None for a non-forge job."""
     kind, repo, target = data.get("kind"), data.get("repo"), data.get("target")
-    if kind not in FORGE_KINDS or not isinstance(repo, str) or not isinstance(target, Mapping):
+    if (
+        not (isinstance(kind, str) and kind in FORGE_KINDS)
+        or not isinstance(repo, str)
+        or not isinstance(target, Mapping)
+    ):
         return None
     number = target.get("number")
     if not isinstance(number, int) or isinstance(number, bool):
@@ -103,6 +108,8 @@ class WaitGate:
         target = wait_target(data)
         if target is None:
             return Refusal(Reason.WAIT_UNREADABLE)
+        if not is_argument(target, MAX_TARGET_CHARS):
+            return Refusal(Reason.JOB_TARGET_INVALID)
         state = HoldState.from_data(data.get(HOLD_KEY))
         async with self._check_slot(len(conditions.profiles)) as granted:
             if not granted:

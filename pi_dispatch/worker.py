@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pi_dispatch.attempts import Attempts, attempts_made
+from pi_dispatch.capabilities import is_live
 from pi_dispatch.clock import host_zone, wall_ms
 from pi_dispatch.containers import STOP_GRACE_S, ContainerRuntime
 from pi_dispatch.errors import ExitStatus
@@ -31,7 +32,7 @@ from pi_dispatch.jobs import QueuedJob
 from pi_dispatch.keys import SHARED_QUEUE, host_queue_name
 from pi_dispatch.mirror import RunMirror
 from pi_dispatch.reasons import Reason
-from pi_dispatch.registry import HostRegistry
+from pi_dispatch.registry import HostRegistry, LiveHosts, read_live_hosts
 from pi_dispatch.rehome import MAX_STALLS, Rehomer
 from pi_dispatch.settings import WorkerSettings, password_text
 from pi_dispatch.valkey import bounded, connect, describe, fleet_id, with_password
@@ -100,6 +101,7 @@ class Worker:
         background = [
             asyncio.ensure_future(self._sweep_forever()),
             asyncio.ensure_future(rehomer.run_forever(stop)),
+            asyncio.ensure_future(self._upkeep()),
         ]
         health = asyncio.ensure_future(self._health())
         self.log("worker_started", {"queues": self.queues, "concurrency": settings.concurrency, "reaped": reaped})
@@ -117,6 +119,8 @@ class Worker:
         await asyncio.gather(*runs, *background, return_exceptions=True)
         await rehomer.close()
         await self.recorder.settle()
+        if self.recorder.unwritten and self.recorder.retry():
+            self.log("run_records_unwritten", {"count": len(self.recorder.unwritten)})  # the disk still refuses them
         await self.registry.close()
         return await self._end(fault)
 
@@ -131,7 +135,7 @@ class Worker:
         return ExitStatus.FAILURE
 
     async def _start_consumers(self, connection: str) -> None:
-        from bullmq import Worker as BullWorker
+        from pi_dispatch.consumers import GuardedConsumer
 
         settings = self.settings
         options = {
@@ -143,7 +147,7 @@ class Worker:
             "maxStalledCount": MAX_STALLS,
         }
         for queue in self.queues:
-            bull = BullWorker(queue, self._processor(queue), dict(options))
+            bull = GuardedConsumer(queue, self._processor(queue), dict(options), self._failed_unread)
             bull.on("error", lambda error, *_: self.log("queue_error", {"reason": type(error).__name__}))
             bull.on("failed", self._failed_unrun)
             with contextlib.suppress(Exception):  # delays would otherwise fire on whole seconds
@@ -156,6 +160,11 @@ class Worker:
             return await self.attempts.process(job, token, queue)
 
         return process
+
+    def _failed_unread(self, job: Any, reason: Reason) -> None:
+        """A job failed unread (its stored data cannot be parsed) still gets a record."""
+        self.attempts.record(job, {}, self.now(), None, {"reason": reason})
+        self.log("job_refused", {"jobId": str(job.id), "reason": reason})
 
     def _failed_unrun(self, job: Any, error: Any, *_: Any) -> None:
         """A job BullMQ failed without running it (it stalled more than MAX_STALLS times) still gets a record."""
@@ -178,6 +187,19 @@ class Worker:
             away = self.registry.unreachable_for()
             if away >= budget_s:
                 return f"Valkey has been unreachable for {away:.0f} s"
+
+    async def _upkeep(self) -> None:
+        """Each beat: write the records the disk refused before, and remove containers nobody waits for (a dead
+        worker's, which still hold their job's secrets and could run beside its next attempt)."""
+        while True:
+            await asyncio.sleep(self.registry.beat_ms / 1000)
+            if self.recorder.unwritten and self.recorder.retry():
+                self.log("run_records_unwritten", {"count": len(self.recorder.unwritten)})
+            live = await read_live_hosts(self.client)
+            if isinstance(live, LiveHosts):
+                alive = {str(host["name"]) for host in live.hosts if is_live(host)}
+                if removed := await self.runtime.sweep_orphans(alive):
+                    self.log("orphans_removed", {"count": removed})
 
     async def _drain(self) -> None:
         """Take nothing new; let running containers finish within the grace, then stop them and put their jobs back."""

@@ -350,3 +350,12 @@ def test_a_silent_hosts_queue_says_when_its_jobs_move() -> None:
     assert iso_string(now + 30_000) in finding.message  # its own threshold from the inventory, 60 s
     due = audit(fleet, [], live_rows=rows, live_state="ok", host_queues=queues[:1], now_ms=now + 60_000)
     assert "on the next sweep" in next(f.message for f in due.findings if f.code == "queue-silent-host")
+
+
+def test_a_row_the_reader_refused_is_a_finding() -> None:
+    from pi_dispatch.registry import InvalidRow
+
+    refused = [InvalidRow("evil\x1b[2J", "its name is not a worker name")]
+    report = audit(FLEET, [], live_rows=[], live_state="ok", invalid_rows=refused)
+    (finding,) = [f for f in report.findings if f.code == "row-invalid"]
+    assert "its name is not a worker name" in finding.message and "evil" in finding.subject

@@ -15,7 +15,7 @@ from pi_dispatch.valkey import fleet_id, with_password
         ("redis://:inurl@store:6379", "other", "redis://:inurl@store:6379"),  # the URL's own password wins
         ("redis://store:6379", None, "redis://store:6379"),
         ("redis://store:6379", "", "redis://store:6379"),
-        ("unix:///run/valkey.sock", "s3cret", "unix:///run/valkey.sock"),
+        ("unix:///run/valkey.sock", "s3cret", "unix://:s3cret@/run/valkey.sock"),  # a socket authenticates too
     ],
 )
 def test_with_password(url: str, password: str | None, expected: str) -> None:
