@@ -47,9 +47,10 @@ def write_fleet(root: Path, hosts: int, triggers: int, rng: random.Random) -> tu
         run: dict[str, object] = {"kind": "github", "flow": "fix"}
         if rng.random() < 0.5:
             run["secretsProfile"] = rng.choice([*SECRETS, "missing"])
+            run["secrets"] = {"TOKEN": "token"}
         if rng.random() < 0.3:
             run["waitFor"] = [{"profile": rng.choice(WAITS)}]
-        entries.append({"on": {"type": "label", "label": "pi"}, "run": run})
+        entries.append({"on": {"type": "label", "any": ["pi"]}, "run": run})
     (root / "triggers.json").write_text(json.dumps({"triggers": entries}))
     return root / "hosts.yml", root / "triggers.json"
 

@@ -77,6 +77,11 @@ def worker(
     raise typer.Exit(asyncio.run(run()))
 
 
+from pi_dispatch.cli_receiver import init, receiver_app  # noqa: E402 - registered beside the worker
+
+app.add_typer(receiver_app, name="receiver")
+app.command("init")(init)
+
 config_app = typer.Typer(no_args_is_help=True, help="Validate, show and render worker configuration.")
 app.add_typer(config_app, name="config")
 EnvFileOption = Annotated[
@@ -183,7 +188,9 @@ def audit(
     inventory: Annotated[Path, typer.Option("-i", "--inventory", help="The Ansible inventory file or directory.")],
     triggers: Annotated[
         list[Path] | None,
-        typer.Option("--triggers", help="A triggers.json (repeatable; default: the hosts' triggers_file)."),
+        typer.Option(
+            "--triggers", help="A triggers.json (repeatable; default: the inventory's receivers' and workers')."
+        ),
     ] = None,
     live: Annotated[
         bool, typer.Option("--live", help="Also read the live registry: silent, stale and drifted hosts.")
@@ -202,7 +209,7 @@ def audit(
     from pi_dispatch.audit import audit as run_audit
     from pi_dispatch.clock import wall_ms
     from pi_dispatch.fleet import HostQueue
-    from pi_dispatch.inventory import load_inventory
+    from pi_dispatch.inventory import load_inventory, receiver_triggers
     from pi_dispatch.operations import print_report, read_fleet, valkey_url
     from pi_dispatch.triggers import load_triggers
 
@@ -220,9 +227,9 @@ def audit(
             ]
         )
     files = list(triggers or [])
-    if not files:
-        declared = {host.declared("triggers_file") for host in hosts} - {None}
-        files = [Path(str(path)) for path in sorted(declared, key=str) if Path(str(path)).is_file()]
+    if not files:  # the workers' declared files and the receivers' (what the roles deploy)
+        declared = [Path(str(path)) for path in sorted({host.declared("triggers_file") for host in hosts} - {None})]
+        files = [path for path in dict.fromkeys([*declared, *receiver_triggers(inventory)]) if path.is_file()]
     loaded = [trigger for path in files for trigger in load_triggers(path)]
     rows, state, host_queues, invalid_rows = None, "off", list[HostQueue](), list[InvalidRow]()
     if live or url:

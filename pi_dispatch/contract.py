@@ -12,11 +12,13 @@ from typing import Any, Final
 
 from pydantic.fields import FieldInfo
 
+from pi_dispatch.declared import DeclaredSettings
 from pi_dispatch.hostvars import PREFIX, RoleVars
+from pi_dispatch.receiver_settings import ReceiverSettings
 from pi_dispatch.setting_types import X_FIX, bounds_of, extra, form_of
 from pi_dispatch.settings import WorkerSettings, host_variable
 
-GENERATED: Final = ("worker-env", "host-vars")
+GENERATED: Final = ("worker-env", "host-vars", "receiver-env")
 DRAFT: Final = "https://json-schema.org/draft/2020-12/schema"
 ID: Final = "https://pi-dispatch.dev/schemas/{name}.schema.json"
 
@@ -37,20 +39,38 @@ def _document(name: str, title: str, description: str, body: dict[str, Any]) -> 
     }
 
 
-def worker_env_schema() -> dict[str, Any]:
-    """Every variable the worker reads, as the strings they are in a systemd EnvironmentFile."""
+def env_schema(model: type[DeclaredSettings], name: str, title: str, description: str) -> dict[str, Any]:
+    """Every variable a process reads, as the strings they are in a systemd EnvironmentFile."""
     properties: dict[str, Any] = {}
-    for info in WorkerSettings.model_fields.values():
+    for info in model.model_fields.values():
         form = form_of(info)
         default = {} if info.default is None else {"default": form.env_text(info.default)}
         schema = {"type": "string", **default, **form.env_schema(bounds_of(info))}
         properties[str(info.validation_alias)] = _property(info, schema, info.description)
     return _document(
+        name,
+        title,
+        description + " Unknown variables are allowed (the process environment holds many).",
+        {"additionalProperties": {"type": "string"}, "properties": properties},
+    )
+
+
+def worker_env_schema() -> dict[str, Any]:
+    return env_schema(
+        WorkerSettings,
         "worker-env",
         "pi-dispatch worker environment",
-        "Every variable the worker reads, as the strings they are in a systemd EnvironmentFile. Unknown variables "
-        "are allowed (the process environment holds many).",
-        {"additionalProperties": {"type": "string"}, "properties": properties},
+        "Every variable the worker reads, as the strings they are in a systemd EnvironmentFile.",
+    )
+
+
+def receiver_env_schema() -> dict[str, Any]:
+    return env_schema(
+        ReceiverSettings,
+        "receiver-env",
+        "pi-dispatch receiver environment",
+        "Every variable the webhook receiver reads, as the strings they are in a systemd EnvironmentFile. Which "
+        "forges are served follows from which are set; see docs/multi-host.md.",
     )
 
 
@@ -79,5 +99,6 @@ def host_vars_schema() -> dict[str, Any]:
 
 def generated(name: str) -> str:
     """A generated schema's text, exactly as it is committed under schemas/."""
-    schema = {"worker-env": worker_env_schema, "host-vars": host_vars_schema}[name]()
+    builders = {"worker-env": worker_env_schema, "host-vars": host_vars_schema, "receiver-env": receiver_env_schema}
+    schema = builders[name]()
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"

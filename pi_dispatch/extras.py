@@ -23,6 +23,7 @@ DISTRIBUTION: Final = "pi-dispatch"
 EXTRAS: Final = {
     "controller": "Ansible's inventory loader",
     "demo": "the embedded Valkey and the example fleet",
+    "receiver": "the webhook receiver's HTTP server and client, JWT signing and file watching",
 }
 
 

@@ -2,7 +2,8 @@
 
 Worker hosts are the members of the `pi_dispatch_workers` group; each declares its worker through
 `pi_dispatch_worker_*` variables (templated, so vault lookups and `{{ groups[...] }}` work). What those
-variables mean, and the env file they render to, is `hostvars.py`, which needs no Ansible.
+variables mean, and the env file they render to, is `hostvars.py`, which needs no Ansible. Receivers are the
+members of `pi_dispatch_receivers`; the audit reads the triggers file each one is deployed with.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from typing import Any
 from pi_dispatch.errors import ConfigError, Problem
 from pi_dispatch.extras import require
 from pi_dispatch.hostvars import PREFIX, WORKERS_GROUP, InventoryHost
+from pi_dispatch.receiver_settings import RECEIVER_PREFIX
+
+RECEIVERS_GROUP = "pi_dispatch_receivers"
 
 
 def _plain(value: object) -> Any:
@@ -33,8 +37,8 @@ def _plain(value: object) -> Any:
     return value
 
 
-def load_inventory(path: Path) -> list[InventoryHost]:
-    """The worker hosts of an inventory (file or directory), in inventory order."""
+def _hosts_of(path: Path, group_name: str, prefix: str, required: bool) -> list[InventoryHost]:
+    """The hosts of one group with their templated `prefix*` variables; the group must exist when required."""
     require("controller", "ansible")
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
@@ -49,22 +53,17 @@ def load_inventory(path: Path) -> list[InventoryHost]:
         loader = DataLoader()
         inventory = InventoryManager(loader=loader, sources=[source])
         variables = VariableManager(loader=loader, inventory=inventory)
-        group = inventory.groups.get(WORKERS_GROUP)
+        group = inventory.groups.get(group_name)
         if group is None:
-            raise ConfigError(
-                [
-                    Problem(
-                        source,
-                        f"has no group {WORKERS_GROUP}",
-                        source,
-                        f"put the worker hosts in a group named {WORKERS_GROUP}",
-                    )
-                ]
-            )
+            if not required:
+                return []
+            fix = f"put the worker hosts in a group named {group_name}"
+            raise ConfigError([Problem(source, f"has no group {group_name}", source, fix)])
         hosts = []
         for host in group.get_hosts():
             all_vars = variables.get_vars(host=host, include_hostvars=True)
-            ours = {key: value for key, value in all_vars.items() if key.startswith(PREFIX)}
+            ours = {key: value for key, value in all_vars.items() if key.startswith(prefix)}
+            ours |= {"inventory_dir": all_vars.get("inventory_dir")}
             templated = Templar(loader=loader, variables=all_vars).template(ours)
             hosts.append(InventoryHost(host.name, _plain(templated), source))
         return hosts
@@ -72,3 +71,24 @@ def load_inventory(path: Path) -> list[InventoryHost]:
         raise ConfigError(
             [Problem(source, f"cannot be loaded: {str(error).splitlines()[0]}", source, "fix the inventory")]
         ) from error
+
+
+def load_inventory(path: Path) -> list[InventoryHost]:
+    """The worker hosts of an inventory (file or directory), in inventory order."""
+    hosts = _hosts_of(path, WORKERS_GROUP, PREFIX, required=True)
+    return [
+        InventoryHost(host.name, {k: v for k, v in host.vars.items() if k != "inventory_dir"}, host.source)
+        for host in hosts
+    ]
+
+
+def receiver_triggers(path: Path) -> list[Path]:
+    """The triggers files the inventory's receivers serve (`pi_dispatch_receiver_triggers_source`, else the
+    `triggers.json` beside the inventory), as the role deploys them."""
+    found = []
+    for host in _hosts_of(path, RECEIVERS_GROUP, RECEIVER_PREFIX, required=False):
+        declared = host.vars.get(RECEIVER_PREFIX + "triggers_source")
+        folder = Path(str(host.vars.get("inventory_dir") or (path if path.is_dir() else path.parent)))
+        file = Path(str(declared)) if declared else folder / "triggers.json"
+        found.append(file if file.is_absolute() else folder / file)
+    return list(dict.fromkeys(found))

@@ -63,7 +63,9 @@ def forge_delivery_job_id(kind: str, delivery_id: object, replica: object = None
     return f"{job_id}-r{replica}"
 
 
-_PR_CLOSE_ACTIONS: Final = frozenset({"closed", "merged", "close", "merge"})
+# The action that closes a pull request, in each forge's own words (Azure has none the payload can show).
+PR_CLOSE_ACTION: Final[Mapping[str, str]] = {"github": "closed", "gitlab": "close", "forgejo": "closed"}
+_PR_CLOSE_WORDS: Final = frozenset(PR_CLOSE_ACTION.values())
 
 
 def semantic_dedup_id(kind: str, job: Mapping[str, Any]) -> str:
@@ -71,8 +73,9 @@ def semantic_dedup_id(kind: str, job: Mapping[str, Any]) -> str:
     target = get(job, "target")
     matched = get(get(job, "trigger"), "matched")
     matched_type = get(matched, "type")
+    action = get(matched, "action")
     closing = matched_type == "issue" or (
-        matched_type == "pull_request" and get(matched, "action") in _PR_CLOSE_ACTIONS
+        matched_type == "pull_request" and isinstance(action, str) and action in _PR_CLOSE_WORDS
     )
     command = get(job, "command")
     slot = f"cmd:{js_string(command)}" if isinstance(command, str) and command else js_string(get(job, "flow"))
@@ -82,6 +85,20 @@ def semantic_dedup_id(kind: str, job: Mapping[str, Any]) -> str:
     )
     replica = get(job, "replica")
     return f"{dedup}:r{replica}" if _positive_int(replica) else dedup
+
+
+# A forge job's data keys after `kind`, in the reference's order. Listed rather than copied wholesale: the data
+# is durable and its `trigger` reaches the container, so a field nobody reviewed has no business in it.
+FORGE_DATA_KEYS: Final = (
+    "repo", "projectId", "azure", "target", "flow", "command", "trigger", "provider", "model", "maxTurns",
+    "models", "maxCostUsd", "packages", "image", "backend", "excludeTools", "skillsDir", "instructions",
+    "resume", "secrets", "secretsProfile", "waitFor", "replica", "replicas",
+)  # fmt: skip
+
+
+def forge_job_data(kind: str, job: Mapping[str, Any]) -> dict[str, Any]:
+    """The data a forge job is stored with: its kind, then each known field the job carries."""
+    return {"kind": kind} | {key: job[key] for key in FORGE_DATA_KEYS if key in job}
 
 
 class QueuedJob(Protocol):

@@ -40,9 +40,24 @@ MISSING: Final = _Missing()
 
 def get(obj: object, key: str) -> object:
     """`obj?.key`: MISSING unless obj is a mapping that holds key (None stands for JSON null)."""
-    if isinstance(obj, Mapping):
+    if type(obj) is dict or isinstance(obj, Mapping):  # a parsed JSON object is a dict: skip the ABC check
         return obj.get(key, MISSING)
     return MISSING
+
+
+def is_number(value: object) -> bool:
+    """`typeof value === "number"` for a JSON value: a boolean is not one."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def is_integer(value: object) -> bool:
+    """`Number.isInteger`: 5 and 5.0 are; 5.5, "5" and true are not."""
+    return is_number(value) and (isinstance(value, int) or float(value).is_integer())  # type: ignore[arg-type]
+
+
+def js_length(text: str) -> int:
+    """A string's length in UTF-16 code units, as JavaScript counts it."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def nullish(value: object) -> bool:
@@ -138,10 +153,17 @@ def js_string(value: object) -> str:
 
 
 # WhiteSpace and LineTerminator as `String.prototype.trim` and `Number()` strip them.
-_JS_SPACE: Final = (
+JS_SPACE: Final = (
     "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
     "\u2028\u2029\u202f\u205f\u3000\ufeff"
 )
+
+
+def js_trim(text: str) -> str:
+    """`String.prototype.trim`: strips JavaScript's whitespace, which is not Python's (U+FEFF is; U+001C is not)."""
+    return text.strip(JS_SPACE)
+
+
 _DECIMAL: Final = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _RADIX: Final = {
     "0x": (16, re.compile(r"[0-9a-fA-F]+")),
@@ -151,7 +173,7 @@ _RADIX: Final = {
 
 
 def _string_to_number(text: str) -> float:
-    body = text.strip(_JS_SPACE)
+    body = text.strip(JS_SPACE)
     if body == "":
         return 0.0
     if body in ("Infinity", "+Infinity"):

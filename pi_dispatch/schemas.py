@@ -20,7 +20,7 @@ from jsonschema.exceptions import ValidationError
 from pi_dispatch.errors import Problem
 from pi_dispatch.profiles import parse_profiles
 
-SCHEMA_NAMES: Final = ("worker-env", "host-vars", "triggers", "registry-row", "run-record")
+SCHEMA_NAMES: Final = ("worker-env", "host-vars", "receiver-env", "triggers", "registry-row", "run-record")
 REPORT_SCHEMA: Final = "audit-report"
 
 format_checker = FormatChecker()

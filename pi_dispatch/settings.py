@@ -4,29 +4,25 @@
 variables are generated from it (`pi-dispatch config schema`), the inventory renders env files through it,
 and the docs' settings table is checked against it. Values come from the sources of `settings_sources.py`:
 the process environment, or for `--env-file` that file alone, then the machine's defaults. `load_settings`
-reads the raw values once, validates them against the published schema and through the model, and
-reports every problem at once, each naming its variable, its source and its fix. Secrets are
-`SecretStr` and never printed.
+reads the raw values once, validates them against the published schema and through the model (`declared.py`,
+shared with the receiver), and reports every problem at once, each naming its variable, its source and its fix.
+Secrets are `SecretStr` and never printed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import PrivateAttr, SecretStr, field_validator
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import PydanticBaseSettingsSource
 
 from pi_dispatch.clock import DAY_MS
-from pi_dispatch.errors import ConfigError, Problem
-from pi_dispatch.schemas import explained, problems
+from pi_dispatch.declared import DeclaredSettings, check_env, load_declared, setting
+from pi_dispatch.errors import Problem
 from pi_dispatch.setting_types import (
-    X_FIX,
     X_HOST_VAR,
     ContainerUser,
     Cpus,
@@ -43,26 +39,16 @@ from pi_dispatch.setting_types import (
     WholeMs,
     WorkerName,
     Zone,
-    field_problems,
 )
-from pi_dispatch.settings_sources import ENVIRONMENT, HostFacts, MachineDefaults, RawValues, read_raw
+from pi_dispatch.settings_sources import ENVIRONMENT, HostFacts, MachineDefaults
 from pi_dispatch.valkey import DEFAULT_VALKEY_URL
 from pi_dispatch.waits import WAIT_INTERVAL_FLOOR_MS
 
-DEFAULT: Final = "default"
 HOST_VAR_PREFIX: Final = "pi_dispatch_worker_"
 # The env-file grammar allowed 15 digits before any bound was declared; a setting with no natural limit keeps that.
 WHOLE_MAX: Final = 999_999_999_999_999
 # A host silent for less than this is restarting, not gone; re-homing any sooner would race its own return.
 REHOME_FLOOR_MS: Final = 10_000
-
-
-def setting(
-    variable: str, default: Any, description: str, fix: str = "", *, host_var: str | None = None, **bounds: Any
-) -> Any:
-    """One setting's declaration: its env variable, default, description, fix, bounds; host var when not derived."""
-    facts: dict[str, Any] = {X_FIX: fix} | ({X_HOST_VAR: host_var} if host_var else {})
-    return Field(default, validation_alias=variable, description=description, json_schema_extra=facts, **bounds)
 
 
 MS = "a whole number of milliseconds"
@@ -73,10 +59,8 @@ def unbounded(variable: str, default: int, description: str, fix: str = f"{MS}, 
     return setting(variable, default, description, fix, ge=1, le=WHOLE_MAX)
 
 
-class WorkerSettings(BaseSettings):
+class WorkerSettings(DeclaredSettings):
     """The typed configuration a worker runs with, in the order the env file lists it."""
-
-    model_config = SettingsConfigDict(frozen=True, case_sensitive=True, extra="ignore")
 
     worker_name: WorkerName = setting(
         "PI_WORKER_NAME",
@@ -266,7 +250,6 @@ class WorkerSettings(BaseSettings):
     )
 
     _declared_name: bool = PrivateAttr(False)
-    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @field_validator("wait_interval_ms")
     @classmethod
@@ -283,28 +266,9 @@ class WorkerSettings(BaseSettings):
         """Whether PI_WORKER_NAME was set: only then does the host drain a queue of its own and mirror runs."""
         return self._declared_name
 
-    @property
-    def sources(self) -> dict[str, str]:
-        """Where each setting came from: the env file, the environment, or `default`."""
-        return dict(self._sources)
-
     @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Values passed in; then the env file when one is given (alone, as systemd gives it), else the
-        environment; then the machine's defaults. `load_settings` hands over the values it already read."""
-        reading = _reading.get()
-        if reading is None:
-            env_file = getattr(dotenv_settings, "env_file", None)
-            raw = read_raw(settings_cls, Path(str(env_file)) if isinstance(env_file, str | Path) else None)
-            reading = _Reading(raw, HostFacts.of_this_machine())
-        return init_settings, reading.raw, MachineDefaults(settings_cls, reading.facts)
+    def machine_defaults(cls, facts: HostFacts) -> PydanticBaseSettingsSource | None:
+        return MachineDefaults(cls, facts)
 
 
 def fields_by_variable() -> dict[str, tuple[str, FieldInfo]]:
@@ -317,43 +281,8 @@ def variables() -> tuple[str, ...]:
     return tuple(fields_by_variable())
 
 
-@dataclass(frozen=True)
-class _Reading:
-    raw: RawValues
-    facts: HostFacts
-
-
-# pydantic-settings builds its sources in a classmethod and takes no per-call context, so the values a load
-# has already read (and the machine's facts) reach `settings_customise_sources` through this variable.
-_reading: ContextVar[_Reading | None] = ContextVar("pi_dispatch_settings_reading", default=None)
-
-
-@contextmanager
-def _handed_over(reading: _Reading) -> Iterator[None]:
-    token = _reading.set(reading)
-    try:
-        yield
-    finally:
-        _reading.reset(token)
-
-
-def _validated(raw: RawValues, facts: HostFacts) -> tuple[WorkerSettings | None, list[Problem]]:
-    """The settings the raw values make, or the model's problems with them."""
-    try:
-        with _handed_over(_Reading(raw, facts)):
-            settings = WorkerSettings()
-    except ValidationError as error:
-        return None, field_problems(error, WorkerSettings, raw.values, raw.label)
-    settings._declared_name = bool(raw.values.get("PI_WORKER_NAME"))
-    settings._sources = {
-        name: raw.label if variable in raw.values else DEFAULT for variable, (name, _) in fields_by_variable().items()
-    }
-    return settings, []
-
-
 def check_worker_env(raw: Mapping[str, str], source: str = ENVIRONMENT) -> list[Problem]:
-    """The model's own verdict on raw values, without the schema (for agreement tests and the inventory)."""
-    return _validated(RawValues(WorkerSettings, raw, source), HostFacts("localhost", None, 0))[1]
+    return check_env(WorkerSettings, raw, source)
 
 
 def load_settings(
@@ -363,11 +292,8 @@ def load_settings(
     environment: Callable[[], Mapping[str, str]] | None = None,
 ) -> WorkerSettings:
     """The worker's settings from the process environment, or from env_file alone. Raises ConfigError."""
-    raw = read_raw(WorkerSettings, env_file, environment() if environment is not None else None)
-    settings, own = _validated(raw, facts or HostFacts.of_this_machine())
-    found = raw.problems + explained(problems("worker-env", raw.values, raw.label), own)
-    if found or settings is None:
-        raise ConfigError(found)
+    settings, raw = load_declared(WorkerSettings, "worker-env", env_file, facts=facts, environment=environment)
+    settings._declared_name = bool(raw.values.get("PI_WORKER_NAME"))
     return settings
 
 

@@ -55,6 +55,7 @@ class RawValues(PydanticBaseSettingsSource):
         super().__init__(settings_cls)
         known = {str(info.validation_alias): info for info in settings_cls.model_fields.values()}
         self.label = label
+        self.everything = dict(values)  # every variable of the place, for one a setting names (GITHUB_PAT_VAR)
         self.values = {name: value for name, value in values.items() if name in known}
         self.problems: list[Problem] = []
         blank_default = {name for name, info in known.items() if form_of(info).blank_is_default}
@@ -95,5 +96,7 @@ def read_raw(
         raw.problems = list(parsed.problems)
         return raw
     if environment is None:
-        environment = EnvSettingsSource(settings_cls, case_sensitive=True)()
+        raw = RawValues(settings_cls, EnvSettingsSource(settings_cls, case_sensitive=True)(), ENVIRONMENT)
+        raw.everything = dict(os.environ)  # a variable a setting names (GITHUB_PAT_VAR) is no setting of its own
+        return raw
     return RawValues(settings_cls, environment, ENVIRONMENT)

@@ -112,3 +112,8 @@ def redacted(url: str) -> str:
     user = parts.username or ""
     host = parts.netloc.rsplit("@", 1)[-1]
     return urlunsplit(parts._replace(netloc=f"{user}:********@{host}"))
+
+
+def shown(url: str) -> str:
+    """The URL as a log line may carry it: password masked, and a socket's path (a path) left out."""
+    return "unix://(socket)" if url.startswith("unix://") else redacted(url)

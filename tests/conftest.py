@@ -60,6 +60,30 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
         server.stop()
 
 
+@pytest.fixture
+async def forge() -> AsyncIterator[Any]:
+    """A local stand-in for the forges' HTTP APIs on a port of its own (tests/fakeforge.py)."""
+    from tests.fakeforge import FakeForge
+
+    stand_in = await FakeForge().start()
+    try:
+        yield stand_in
+    finally:
+        await stand_in.stop()
+
+
+@pytest.fixture
+async def forge_client() -> AsyncIterator[Any]:
+    """The receiver's own client for forge APIs, with a short timeout."""
+    from pi_dispatch.forge_http import ForgeClient
+
+    made = ForgeClient(timeout_s=2)
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[Any]:
     """The machine's Docker daemon; `./dev test` installs and starts it."""

@@ -44,7 +44,7 @@ def host(
 
 
 def trigger(index: int = 0, **run: Any) -> Trigger:
-    return Trigger("triggers.json", index, "label", {"kind": "github", **run})
+    return Trigger("triggers.json", index, {"type": "label"}, {"kind": "github", **run})
 
 
 FLEET = [
@@ -204,12 +204,25 @@ def test_golden_report(extra: tuple[str, ...], golden_file: str) -> None:
 
 def test_exit_codes(tmp_path: Path) -> None:
     clean = tmp_path / "clean.json"
-    clean.write_text(json.dumps({"triggers": [{"on": {"type": "label"}, "run": {"kind": "github"}}]}))
+    clean.write_text(
+        json.dumps({"triggers": [{"on": {"type": "label", "any": ["x"]}, "run": {"kind": "github", "flow": "f"}}]})
+    )
     assert run_cli("audit", "-i", str(INVENTORY), "--triggers", str(clean)).returncode == 0
     triggers = str(DATA / "audit" / "triggers.json")
     assert run_cli("audit", "-i", str(INVENTORY), "--triggers", triggers).returncode == 1
     warn_only = tmp_path / "warn.json"
-    warn_only.write_text(json.dumps({"triggers": [{"on": {"type": "label"}, "run": {"secretsProfile": "prod"}}]}))
+    warn_only.write_text(
+        json.dumps(
+            {
+                "triggers": [
+                    {
+                        "on": {"type": "label", "any": ["x"]},
+                        "run": {"kind": "github", "flow": "f", "secretsProfile": "prod", "secrets": {"T": "t"}},
+                    }
+                ]
+            }
+        )
+    )
     assert run_cli("audit", "-i", str(INVENTORY), "--triggers", str(warn_only)).returncode == 0
     assert run_cli("audit", "-i", str(INVENTORY), "--triggers", str(warn_only), "--fail-on", "warning").returncode == 1
     for args in (
@@ -225,13 +238,19 @@ def test_exit_codes(tmp_path: Path) -> None:
 
 def test_bad_triggers_file_names_each_problem(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"triggers": [{"on": {"type": "push"}, "run": {"waitFor": [{"profile": "a:b"}]}}]}))
+    label = {"type": "label", "any": ["x"]}
+    entries = [
+        {"on": {"type": "push"}, "run": {"kind": "github", "flow": "f"}},
+        {"on": label, "run": {"kind": "github", "flow": "f", "waitFor": [{"profile": "a:b"}]}},
+        {"on": label, "run": {"kind": "github", "flow": "f", "secrets": {"TOKEN": "op://vault/very-secret"}}},
+        {"on": label, "run": {"kind": "github", "flow": "f", "secrets": {"TOKEN": " op://vault/very-secret"}}},
+    ]
+    bad.write_text(json.dumps({"triggers": entries}))
     result = run_cli("audit", "-i", str(INVENTORY), "--triggers", str(bad))
-    assert (
-        result.returncode == 2
-        and "triggers/0/on/type" in result.stderr
-        and "triggers/0/run/waitFor/0/profile" in result.stderr
-    )
+    assert result.returncode == 2
+    assert "trigger 0 on.type" in result.stderr and "trigger 1 run.waitFor[0]" in result.stderr
+    assert "trigger 3 run.secrets.TOKEN" in result.stderr and "trigger 2" not in result.stderr
+    assert "very-secret" not in result.stderr  # a refusal names the field, never its value
 
 
 @pytest.mark.redis
@@ -241,7 +260,8 @@ async def test_live_audit_against_a_real_registry(valkey_url: str, client: aiore
     stray = HostRegistry(client, "laptop")
     await stray.start({"routes": "false", "caps": "", "tz": "UTC"})
     triggers = tmp_path / "t.json"
-    triggers.write_text(json.dumps({"triggers": [{"on": {"type": "label"}, "run": {"secretsProfile": "prod"}}]}))
+    run = {"kind": "github", "flow": "deploy", "secretsProfile": "prod", "secrets": {"TOKEN": "t"}}
+    triggers.write_text(json.dumps({"triggers": [{"on": {"type": "label", "any": ["pi:deploy"]}, "run": run}]}))
     result = await asyncio.to_thread(
         run_cli,
         "audit",

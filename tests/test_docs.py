@@ -106,3 +106,15 @@ def test_the_guide_names_each_settings_host_variable_and_every_reason() -> None:
 @pytest.mark.parametrize("command", ["./dev demo", "./dev test"])
 def test_the_readme_gives_the_two_commands(command: str) -> None:
     assert command in (REPO / "README.md").read_text()
+
+
+def test_the_guide_lists_every_receiver_variable_and_drop_reason() -> None:
+    from pi_dispatch.receiver_settings import ReceiverSettings
+    from pi_dispatch.webhook_routes import DROP_REASONS
+
+    text = GUIDE.read_text()
+    for name, info in ReceiverSettings.model_fields.items():
+        assert f"| `{info.validation_alias}` |" in text, info.validation_alias
+        assert name == "triggers_file" or f"| `pi_dispatch_receiver_{name}` |" in text, name
+    assert [reason for reason in DROP_REASONS if f"| `{reason}` |" not in text] == []
+    assert "poll" in text and "Not ported" in text

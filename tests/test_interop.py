@@ -276,3 +276,52 @@ async def test_a_node_worker_takes_a_job_re_homed_from_a_silent_python_host(
             await row.close()
     seen = await asyncio.to_thread(run_node_fleet, node_mirror, valkey_url, "work", {"queue": "pi-jobs@node-mini"})
     assert seen == {"id": added.id, "attemptsMade": 1, "data": job}
+
+
+@pytest.mark.docker
+@pytest.mark.node
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_what_the_receiver_enqueues_runs_on_a_python_and_a_node_worker(
+    node_mirror: tuple[str, Path, Path], tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str
+) -> None:
+    from bullmq import Queue
+
+    from tests.receiving import queued_jobs, rules_of, served
+    from tests.workers import RESOLVER, finished_job, running_worker, settings_of, worker_env, write_script
+
+    deploy = {"kind": "github", "flow": "deploy", "secretsProfile": "prod", "secrets": {"DEPLOY_TOKEN": "ref"}}
+    rules = rules_of(
+        {"on": {"type": "label", "any": ["pi:deploy"]}, "run": deploy},
+        {"on": {"type": "label", "any": ["pi:plain"]}, "run": {"kind": "github", "flow": "plain"}},
+    )
+
+    def labeled(label: str, number: int) -> dict[str, Any]:
+        issue = {"number": number, "title": "T", "body": "B", "labels": [{"name": label}]}
+        return {"action": "labeled", "sender": {"id": 1}, "issue": issue, "repository": {"full_name": "acme/app"}}
+
+    resolver = write_script(tmp_path / "resolver", RESOLVER)
+    env = worker_env(tmp_path, valkey_url, job_image, "py-mini", PI_SECRET_PROFILES=f"prod:{resolver}")
+    plain = settings_of(worker_env(tmp_path, valkey_url, job_image, "py-plain"))  # so prod is not everywhere
+    async with running_worker(settings_of(env)), running_worker(plain), served(valkey_url, rules) as receiver:
+        from pi_dispatch.registry import LiveHosts, read_live_hosts
+
+        for _ in range(100):  # until both workers' first beats are in the registry the receiver routes from
+            live = await read_live_hosts(client)
+            if isinstance(live, LiveHosts) and {"py-mini", "py-plain"} <= {row.get("name") for row in live.hosts}:
+                break
+            await asyncio.sleep(0.1)
+        assert (await receiver.github("issues", labeled("pi:deploy", 51), "mixed-1"))[0] == 202
+        assert receiver.events("forge_job_routed")[-1] == {"kind": "github", "host": "py-mini", "needs": "s:prod"}
+        queue = Queue("pi-jobs@py-mini", {"connection": valkey_url})
+        try:
+            done = await finished_job(queue, "gh-mixed-1")
+        finally:
+            await queue.close()
+    assert done.returnvalue["outcome"] == "completed"  # the Python worker ran what the receiver queued
+    async with served(valkey_url, rules) as receiver:
+        assert (await receiver.github("issues", labeled("pi:plain", 52), "mixed-2"))[0] == 202
+    stored = (await queued_jobs(valkey_url))["gh-mixed-2"][1]
+    seen = await asyncio.to_thread(run_node_fleet, node_mirror, valkey_url, "work", {"queue": "pi-jobs"})
+    assert seen["id"] == "gh-mixed-2" and seen["data"] == stored  # a Node worker takes it, byte for byte the same
+    assert seen["data"]["trigger"]["matched"] == {"index": 1, "type": "label", "label": "pi:plain"}

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from pi_dispatch.declared import check_env
 from pi_dispatch.hostvars import check_host_vars
+from pi_dispatch.receiver_settings import ReceiverSettings
 from pi_dispatch.records import check_run_record
 from pi_dispatch.registry import check_registry_row
 from pi_dispatch.schemas import SCHEMA_NAMES, load_schema, problems
@@ -22,6 +24,9 @@ DATA = Path(__file__).parent / "data"
 MODELS: dict[str, Callable[[Any], list[Any]]] = {
     "worker-env": lambda env: check_worker_env({name: env[name] for name in variables() if name in env}),
     "host-vars": check_host_vars,
+    "receiver-env": lambda env: check_env(
+        ReceiverSettings, {k: v for k, v in env.items() if k in load_schema("receiver-env")["properties"]}
+    ),
     "triggers": check_triggers,
     "registry-row": check_registry_row,
     "run-record": check_run_record,

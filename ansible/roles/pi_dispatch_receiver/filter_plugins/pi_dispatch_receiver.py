@@ -1,0 +1,29 @@
+"""The env file a host's receiver gets, rendered by pi-dispatch itself on the controller.
+
+The controller runs ansible-playbook from a Python that has pi-dispatch installed (the project's venv).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+
+def pi_dispatch_receiver_env_file(host_vars: dict[str, Any], host: str, triggers_file: str) -> str:
+    try:
+        from pi_dispatch.errors import ConfigError
+        from pi_dispatch.receiver_settings import render_receiver_env
+    except ImportError as error:
+        raise AnsibleFilterError(
+            "pi-dispatch is not importable on the controller: run ansible-playbook from its venv"
+        ) from error
+    try:
+        return render_receiver_env(host_vars, host, triggers_file)
+    except (ConfigError, ValueError) as error:
+        raise AnsibleFilterError(f"{host}: the inventory declares an invalid receiver\n{error}") from error
+
+
+class FilterModule:
+    def filters(self) -> dict[str, Any]:
+        return {"pi_dispatch_receiver_env_file": pi_dispatch_receiver_env_file}
