@@ -14,6 +14,10 @@ Scenarios:
   kill-twice     a worker SIGKILLed mid-job and restarted, twice (as systemd would, 10 s later): recovery from the
                  last restart until the job is done
   dockerd        a private dockerd (live-restore) restarted mid-job: recovery from its return until the job is done
+  stuck          a named host's blocking connection to the store goes silent (half-open) while its heartbeat goes
+                 on, under the default settings, with jobs routed all along: recovery from the stall until every
+                 job is done; the note says when its row said stuck, when it exited 1, and where jobs were routed
+                 meanwhile (none to it once its row said stuck)
 
 Every figure must be 0 run twice, 0 lost, 0 records missing. Usage: python bench/chaos.py [--only NAME ...]
 """
@@ -46,8 +50,10 @@ from pi_dispatch.embedded import EmbeddedValkey
 from pi_dispatch.enqueue import Enqueuer, ForgeRouter, registry_reader
 from pi_dispatch.history import read_records
 from pi_dispatch.jobimage import EXAMPLE_IMAGE, build_example_image
+from pi_dispatch.keys import host_row_key
 from pi_dispatch.valkey import connect
 from tests.helpers import PrivateDocker
+from tests.stalling import StallingRelay
 from tests.workers import RESOLVER, forge_job, write_script
 
 GOAL_S = 180.0
@@ -366,7 +372,63 @@ async def dockerd_restart(root: Path, image: str) -> Figures:
     return figures
 
 
-SCENARIOS = {"dead-host": dead_host, "store-outage": store_outage, "kill-twice": kill_twice, "dockerd": dockerd_restart}
+async def stuck_consumer(root: Path, image: str) -> Figures:
+    """Two named hosts serve prod and a third does not; the victim reaches the store through a relay that, at the
+    stall, stops answering its blocking pops (its heartbeat, on another connection, goes on). Prod jobs are
+    routed every two seconds until the victim has exited and been restarted."""
+    resolver = write_script(root / "resolver", RESOLVER)
+    figures = Figures("stuck")
+    with store(root) as server, Overlaps() as overlaps:
+        relay = StallingRelay(server.url)
+        relayed = relay.start()
+        fleet = Fleet(root, server.url, image, {"PI_CONCURRENCY": "2"})
+        fleet.start("victim", VALKEY_URL=relayed, PI_SECRET_PROFILES=f"prod:{resolver}")
+        fleet.start("rescuer", PI_SECRET_PROFILES=f"prod:{resolver}")
+        fleet.start("plain")
+        await asyncio.sleep(2)
+        client = connect(server.url)
+        relay.stall_blocking_pops()
+        stalled = time.monotonic()
+        flagged: float | None = None  # seconds from the stall until the row said stuck
+        exited: float | None = None
+        placed: list[tuple[str, str]] = []
+        to_victim_after_flag = 0
+        number = 0
+        while not fleet.restarts["victim"] and time.monotonic() - stalled < 300:
+            number += 1
+            job = forge_job(number, secretsProfile="prod", trigger={"deliveryId": f"s-{number}", "demoSleep": 2})
+            (queue, job_id), *_ = await enqueue(server.url, [job])
+            placed.append((queue, job_id))
+            if flagged is not None and queue == "pi-jobs@victim":
+                to_victim_after_flag += 1
+            if flagged is None and await client.hget(host_row_key("victim"), "consumer") == b"stuck":
+                flagged = time.monotonic() - stalled
+            if exited is None and fleet.processes["victim"].poll() == 1:
+                exited = time.monotonic() - stalled
+            await asyncio.sleep(2)
+        queues = ["pi-jobs", "pi-jobs@victim", "pi-jobs@rescuer", "pi-jobs@plain"]
+        found = await settle(server.url, queues, [job_id for _, job_id in placed], 300)
+        figures.recovery_s = time.monotonic() - stalled
+        await client.aclose()
+        fleet.stop_all()
+        relay.close()
+        figures = tally(figures, found, overlaps, fleet.records())
+        to_victim = sum(1 for queue, _ in placed if queue == "pi-jobs@victim")
+        figures.note = (
+            f" (row stuck after {flagged or float('nan'):.0f} s, exit 1 after {exited or float('nan'):.0f} s;"
+            f" {to_victim} of {len(placed)} routed to"
+            f" it, {to_victim_after_flag} once its row said stuck)"
+        )
+    return figures
+
+
+SCENARIOS = {
+    "dead-host": dead_host,
+    "store-outage": store_outage,
+    "kill-twice": kill_twice,
+    "dockerd": dockerd_restart,
+    "stuck": stuck_consumer,
+}
 
 
 async def main() -> int:

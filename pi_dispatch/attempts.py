@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -33,6 +34,7 @@ from pi_dispatch.jobbounds import job_refusal
 from pi_dispatch.jobdirs import write_job_dir
 from pi_dispatch.jobs import QueuedJob
 from pi_dispatch.jscompat import iso_string
+from pi_dispatch.metrics import WorkerMetrics
 from pi_dispatch.names import IMAGE_REFERENCE_RE
 from pi_dispatch.outcomes import JobFailure, PutBack, container_result
 from pi_dispatch.reasons import Reason
@@ -68,6 +70,8 @@ class Attempts:
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     aborting: asyncio.Event = field(default_factory=asyncio.Event)
     running: dict[str, StopRequest] = field(default_factory=dict)  # job id -> its container's stop, while it runs
+    running_since: dict[str, int] = field(default_factory=dict)  # job id -> when its container started (epoch ms)
+    metrics: WorkerMetrics = field(default_factory=lambda: WorkerMetrics(enabled=False))
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -91,10 +95,12 @@ class Attempts:
         job.opts["stackTraceLimit"] = 0  # a stack trace names our files' paths; Valkey gets names only
         try:
             result = await self._attempt(job, token, queue, data)
-        except DelayedError:
+        except DelayedError:  # held by its wait conditions, already moved to delayed
+            self.log("job_held", {"jobId": str(job.id), "queue": queue})
             raise
         except PutBack:
             await job.moveToDelayed(self.now(), token)
+            self.log("job_put_back", {"jobId": str(job.id), "queue": queue})
             raise DelayedError() from None
         except JobFailure as failure:
             self.record(job, data, started, None, {"reason": failure.reason, "exitCode": failure.exit_code})
@@ -150,10 +156,14 @@ class Attempts:
         image = self._image(data)
         if isinstance(image, Refusal):
             return self._refused(job, image)
-        if data.get("waitFor") is not None and (refused := await self.wait_gate.admit(job, token, data)):
-            return self._refused(job, refused)
+        if data.get("waitFor") is not None:
+            with self.metrics.timed_gate("wait check"):
+                refused = await self.wait_gate.admit(job, token, data)
+            if refused:
+                return self._refused(job, refused)
         async with self._slot():
-            secrets = await self.secrets.resolve(data)
+            with self.metrics.timed_gate("resolver"):
+                secrets = await self.secrets.resolve(data)
             if isinstance(secrets, Refusal):
                 return self._refused(job, secrets)
             fence = LockFence(self.client, queue, str(job.id), token, self.settings.lock_duration_ms)
@@ -220,7 +230,7 @@ class Attempts:
             log_mb=settings.job_log_mb,
         )
         stop = StopRequest()
-        self.running[job_id] = stop
+        self.running[job_id], self.running_since[job_id] = stop, self.now()
         if self.aborting.is_set():
             stop.request(STOP_GRACE_S)
 
@@ -230,6 +240,7 @@ class Attempts:
 
         watching = asyncio.ensure_future(fence.watch())
         watching.add_done_callback(kill_when_fenced)
+        started = time.monotonic()
         try:
             end = await self.runtime.run(spec, capture=settings.capture_job_logs, stop=stop)
         except ImageMissing:
@@ -239,10 +250,17 @@ class Attempts:
         finally:
             watching.cancel()
             self.running.pop(job_id, None)
+            self.running_since.pop(job_id, None)
             await asyncio.to_thread(shutil.rmtree, job_dir, True)
         if fence.lost.is_set():  # whatever the container said, another worker may run this job now
             self.log("job_fenced", {"jobId": job_id, "reason": fence.reason})
             raise JobFailure(Reason.LOCK_LOST, end.exit_code, retry=True)
         if settings.capture_job_logs:
             await asyncio.to_thread(write_job_log, settings.logs_dir, job_id, end.output, self.log)
-        return container_result(end)
+        try:
+            result = container_result(end)
+        except JobFailure:
+            self.metrics.ran("failed", time.monotonic() - started)
+            raise
+        self.metrics.ran(str(result["outcome"]), time.monotonic() - started)
+        return result

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from pi_dispatch.capabilities import CAP_SECRET, job_needs
-from pi_dispatch.drift import invalid_row_findings, live_findings, queue_findings
+from pi_dispatch.drift import draining_findings, invalid_row_findings, live_findings, queue_findings
 from pi_dispatch.findings import CODES, SEVERITIES, Finding, Report, Severity
 from pi_dispatch.fleet import FleetHost, HostQueue
 from pi_dispatch.hostvars import PREFIX, InventoryHost, host_problems
@@ -274,6 +274,7 @@ def audit(
             for host, inventory in zip(fleet, hosts, strict=True)
         }
         findings += queue_findings(host_queues, defaultdict(lambda: rehome_after_ms(None), after), now_ms)
+        findings += draining_findings(live_rows, host_queues, now_ms)
         findings += invalid_row_findings(invalid_rows)
     findings += _placement_findings(triggers, fleet, down, liveness)
     order = {severity: rank for rank, severity in enumerate(SEVERITIES)}

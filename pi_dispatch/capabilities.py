@@ -87,6 +87,20 @@ def is_live(host: object, fresh_ms: float = ROUTE_FRESH_MS) -> bool:
     return finite(stale) and stale <= fresh_ms
 
 
+# A row's `consumer` says whether its queue consumer is taking jobs; a stuck one serves nothing until it restarts.
+CONSUMER_STUCK: Final = "stuck"
+
+
+def is_stuck(host: object) -> bool:
+    return get(host, "consumer") == CONSUMER_STUCK
+
+
+def serving_caps(host: object) -> set[str]:
+    """The capabilities a host can serve now: its caps, or none while its consumer is stuck (it stays live, so
+    it still counts against the every-host-can abstention)."""
+    return set() if is_stuck(host) else parse_caps(get(host, "caps"))
+
+
 def _routes(host: object) -> bool:
     flag = get(host, "routes")
     return flag is True or flag == "true"
@@ -117,7 +131,7 @@ def route_forge_job(hosts: object, needs: object, job_id: object, *, fresh_ms: f
     live = [host for host in hosts if is_live(host, fresh_ms)]
     if not live:
         return None
-    capable = [host for host in live if _serves(parse_caps(get(host, "caps")), needs)]
+    capable = [host for host in live if _serves(serving_caps(host), needs)]
     if not capable or len(capable) == len(live):
         return None
     routable = js_sorted(name for name in map(_routable_name, capable) if name is not None)
@@ -144,13 +158,7 @@ class RouteTable:
     def from_hosts(cls, hosts: object, *, fresh_ms: float = ROUTE_FRESH_MS) -> RouteTable:
         if not isinstance(hosts, list):
             return cls([])
-        return cls(
-            [
-                (frozenset(parse_caps(get(host, "caps"))), _routable_name(host))
-                for host in hosts
-                if is_live(host, fresh_ms)
-            ]
-        )
+        return cls([(frozenset(serving_caps(host)), _routable_name(host)) for host in hosts if is_live(host, fresh_ms)])
 
     def _routable_for(self, needs: tuple[str, ...]) -> tuple[str, ...] | None:
         capable = [name for caps, name in self.live_caps if caps.issuperset(needs)]
@@ -181,6 +189,7 @@ class HostVerdict:
     routes: bool
     stale_ms: float | None
     chosen: bool = False
+    stuck: bool = False
 
     @property
     def reason(self) -> str:
@@ -190,6 +199,8 @@ class HostVerdict:
             if self.stale_ms is None:
                 return "no heartbeat time (undatable row)"
             return f"stale by {self.stale_ms / 1000:.0f} s (routing needs a beat within {ROUTE_FRESH_MS // 1000} s)"
+        if self.stuck:
+            return "its queue consumer is stuck (it takes no job until it restarts)"
         if self.lacks:
             return "lacks " + ", ".join(self.lacks)
         if not self.routes:
@@ -224,7 +235,7 @@ def explain_route(
     for host in hosts:
         stale = js_number(get(host, "staleMs"))
         live = finite(stale) and stale <= fresh_ms
-        caps = parse_caps(get(host, "caps"))
+        caps = serving_caps(host)
         lacks = tuple(need for need in needs if need not in caps)
         live_count += live
         capable_count += live and not lacks
@@ -237,6 +248,7 @@ def explain_route(
                 routes=_routes(host),
                 stale_ms=stale if finite(stale) else None,
                 chosen=chosen is not None and name == chosen,
+                stuck=is_stuck(host),
             )
         )
     abstention = None

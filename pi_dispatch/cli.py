@@ -6,22 +6,19 @@ import json
 import os
 import sys
 from dataclasses import asdict
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from pi_dispatch import __version__
+from pi_dispatch.cli_common import EnvFileOption, JsonOption, ValkeyUrlOption, console, errors
 from pi_dispatch.errors import ConfigError, ExitStatus, PiDispatchError, Problem
-from pi_dispatch.registry import InvalidRow, LiveHosts, Unreachable
+from pi_dispatch.registry import LiveHosts, Unreachable
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="A fleet of pi workers sharing one Valkey.")
-console = Console()
-errors = Console(stderr=True, soft_wrap=True)
 
 
 @app.callback()
@@ -77,17 +74,16 @@ def worker(
     raise typer.Exit(asyncio.run(run()))
 
 
-from pi_dispatch.cli_receiver import init, receiver_app  # noqa: E402 - registered beside the worker
+from pi_dispatch.cli_fleet import audit, top  # noqa: E402 - commands kept in modules of their own
+from pi_dispatch.cli_receiver import init, receiver_app  # noqa: E402
 
 app.add_typer(receiver_app, name="receiver")
 app.command("init")(init)
+app.command("audit")(audit)
+app.command("top")(top)
 
 config_app = typer.Typer(no_args_is_help=True, help="Validate, show and render worker configuration.")
 app.add_typer(config_app, name="config")
-EnvFileOption = Annotated[
-    Path | None, typer.Option("--env-file", help="Read this env file alone (systemd EnvironmentFile syntax).")
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
 @config_app.command("check")
@@ -158,18 +154,6 @@ def config_schema(
             console.print(escape(f"wrote {write / f'{each}.schema.json'}"))
 
 
-ValkeyUrlOption = Annotated[
-    str | None,
-    typer.Option("--valkey-url", help="The shared Valkey (default: $VALKEY_URL). Password: $VALKEY_PASSWORD."),
-]
-
-
-class FailOn(StrEnum):
-    error = "error"
-    warning = "warning"
-    info = "info"
-
-
 def _read_job(path: Path) -> dict[str, object]:
     """A job's data from a JSON file, or a ConfigError naming the file."""
     try:
@@ -181,78 +165,6 @@ def _read_job(path: Path) -> dict[str, object]:
     if not isinstance(data, dict):
         raise ConfigError([Problem(str(path), "is not a JSON object", str(path), "pass the job's data as an object")])
     return data
-
-
-@app.command()
-def audit(
-    inventory: Annotated[Path, typer.Option("-i", "--inventory", help="The Ansible inventory file or directory.")],
-    triggers: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--triggers", help="A triggers.json (repeatable; default: the inventory's receivers' and workers')."
-        ),
-    ] = None,
-    live: Annotated[
-        bool, typer.Option("--live", help="Also read the live registry: silent, stale and drifted hosts.")
-    ] = False,
-    url: ValkeyUrlOption = None,
-    simulate_down: Annotated[
-        list[str] | None,
-        typer.Option("--simulate-down", help="Audit as if this inventory host were gone (repeatable)."),
-    ] = None,
-    as_json: JsonOption = False,
-    fail_on: Annotated[
-        FailOn, typer.Option("--fail-on", help="Exit 1 on findings at or above this level.")
-    ] = FailOn.error,
-) -> None:
-    """Every trigger whose jobs would be refused or misplaced, and the drift between inventory and fleet."""
-    from pi_dispatch.audit import audit as run_audit
-    from pi_dispatch.clock import wall_ms
-    from pi_dispatch.fleet import HostQueue
-    from pi_dispatch.inventory import load_inventory, receiver_triggers
-    from pi_dispatch.operations import print_report, read_fleet, valkey_url
-    from pi_dispatch.triggers import load_triggers
-
-    hosts = load_inventory(inventory)
-    unknown = sorted(set(simulate_down or []) - {host.name for host in hosts})
-    if unknown:
-        raise ConfigError(
-            [
-                Problem(
-                    "--simulate-down",
-                    f"{', '.join(unknown)} is not an inventory worker host",
-                    str(inventory),
-                    f"use one of: {', '.join(host.name for host in hosts)}",
-                )
-            ]
-        )
-    files = list(triggers or [])
-    if not files:  # the workers' declared files and the receivers' (what the roles deploy)
-        declared = [Path(str(path)) for path in sorted({host.declared("triggers_file") for host in hosts} - {None})]
-        files = [path for path in dict.fromkeys([*declared, *receiver_triggers(inventory)]) if path.is_file()]
-    loaded = [trigger for path in files for trigger in load_triggers(path)]
-    rows, state, host_queues, invalid_rows = None, "off", list[HostQueue](), list[InvalidRow]()
-    if live or url:
-        result, host_queues = read_fleet(valkey_url(url))
-        rows, state = (
-            (result.hosts, "ok") if isinstance(result, LiveHosts) else (None, f"unreachable ({result.reason})")
-        )
-        invalid_rows = result.invalid if isinstance(result, LiveHosts) else []
-    report = run_audit(
-        hosts,
-        loaded,
-        live_rows=rows,
-        live_state=state,
-        simulate_down=simulate_down or [],
-        host_queues=host_queues,
-        invalid_rows=invalid_rows,
-        now_ms=wall_ms(),
-    )
-    if as_json:
-        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
-    else:
-        print_report(console, report)
-    raise typer.Exit(ExitStatus.FAILURE if report.at_or_above(fail_on.value) else ExitStatus.OK)
 
 
 @app.command()

@@ -8,6 +8,7 @@ fails such a job for good, as a policy outcome with its own reason, and has it r
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,11 +20,44 @@ Unreadable = Callable[[Any, Reason], None]
 
 
 class GuardedConsumer(Worker):  # type: ignore[misc]  # bullmq is untyped
-    """A BullMQ Worker whose `on_unreadable` hears of each job it had to fail unread (with the job and why)."""
+    """A BullMQ Worker whose `on_unreadable` hears of each job it had to fail unread (with the job and why), and
+    which keeps the times liveness is judged by: when it last asked the store for a job, when it last took one,
+    and since when it has been waiting on a blocking pop (None when it is not)."""
 
     def __init__(self, name: str, processor: Any, opts: dict[str, Any], on_unreadable: Unreadable) -> None:
         super().__init__(name, processor, opts)
         self.on_unreadable = on_unreadable
+        self.polled_at_ms = 0  # wall clock, for the row and the metrics
+        self.took_at_ms = 0
+        self.blocked_since: float | None = None  # monotonic
+        self.fetching_since: float | None = None
+
+    def stalled_for(self, now: float) -> float:
+        """How long the call that asks the store for a job has been waiting: 0 when none is in flight."""
+        started = [since for since in (self.blocked_since, self.fetching_since) if since is not None]
+        return now - min(started) if started else 0.0
+
+    def _polled(self) -> None:
+        self.polled_at_ms = int(time.time() * 1000)
+
+    async def waitForJob(self) -> int:
+        self.blocked_since = time.monotonic()
+        try:
+            return int(await super().waitForJob())
+        finally:
+            self.blocked_since = None
+            self._polled()
+
+    async def moveToActive(self, token: str) -> Any:
+        self.fetching_since = time.monotonic()
+        try:
+            job = await super().moveToActive(token)
+        finally:
+            self.fetching_since = None
+        self._polled()
+        if job is not None:
+            self.took_at_ms = self.polled_at_ms
+        return job
 
     async def nextJobFromJobData(
         self,

@@ -31,7 +31,7 @@ from rich.table import Table
 
 from pi_dispatch.capabilities import explain_route
 from pi_dispatch.demo_hooks import DemoReceiver, RecordingEnqueuer, delivery_for
-from pi_dispatch.embedded import EmbeddedValkey
+from pi_dispatch.embedded import EmbeddedValkey, free_port
 from pi_dispatch.enqueue import ForgeRouter, registry_reader
 from pi_dispatch.errors import ConfigError, PiDispatchError, Problem
 from pi_dispatch.events import discard
@@ -42,6 +42,7 @@ from pi_dispatch.inventory import load_inventory
 from pi_dispatch.jobimage import EXAMPLE_IMAGE, build_example_image
 from pi_dispatch.mirror import merge_runs, read_mirrored_runs
 from pi_dispatch.profiles import VARIABLE, ProfileKind, render_profiles
+from pi_dispatch.progress import progress
 from pi_dispatch.registry import HostRegistry, LiveHosts, read_live_hosts
 from pi_dispatch.triggers import Trigger, load_triggers
 from pi_dispatch.valkey import connect
@@ -132,6 +133,7 @@ def worker_environment(
         PI_LOGS_DIR=str(folder / "logs"),
         PI_JOBS_DIR=str(folder / "jobs"),
         PI_DRAIN_GRACE_MS="5000",
+        PI_METRICS_ADDR=f"127.0.0.1:{free_port()}",  # the hosts share this machine, so not one default port
         PI_EXAMPLE_SECRETS_DIR=str(state / "secrets"),
         PI_EXAMPLE_FLAGS_DIR=str(state / "flags"),
     )
@@ -166,7 +168,9 @@ class Demo:
 
     async def run(self) -> int:
         console = self.console
-        hosts = load_inventory(self.inventory)
+        with progress(console) as shown:
+            shown.add_task("Loading the inventory", total=None)
+            hosts = load_inventory(self.inventory)
         triggers = [trigger for trigger in self._triggers() if trigger.run.get("kind") != "local"]
         console.rule("[bold]pi-dispatch demo: the fleet of inventory.example on this machine")
         with console.status("Checking for Docker and building the example job image"):
@@ -254,7 +258,8 @@ class Demo:
     async def _wait_for_rows(self, client: Any, workers: list[DemoWorker]) -> None:
         expected = {worker.name for worker in workers}
         deadline = time.monotonic() + BOOT_TIMEOUT_S
-        with self.console.status(f"Waiting for {len(expected)} hosts to publish their registry rows") as status:
+        with progress(self.console) as shown:
+            step = shown.add_task("Hosts that published their registry row", total=len(expected))
             while True:
                 live = await read_live_hosts(client)
                 seen = {str(row["name"]) for row in live.hosts} if isinstance(live, LiveHosts) else set()
@@ -265,7 +270,7 @@ class Demo:
                         raise PiDispatchError(f"the worker for {worker.host.name} exited ({worker.process.returncode})")
                 if time.monotonic() > deadline:
                     raise PiDispatchError(f"no registry row from {', '.join(sorted(expected - seen))}")
-                status.update(f"Waiting for registry rows: {len(seen & expected)} of {len(expected)} published")
+                shown.update(step, completed=len(seen & expected))
                 await asyncio.sleep(0.3)
 
     async def _show_fleet(self, client: Any) -> None:
@@ -334,7 +339,8 @@ class Demo:
         queues = {name: Queue(name, {"connection": url}) for name in {queue for queue, _, _ in placed}}
         deadline = time.monotonic() + RUN_TIMEOUT_S
         try:
-            with self.console.status("The workers are running the jobs") as status:
+            with progress(self.console) as shown:
+                step = shown.add_task("Jobs the workers have run (or held)", total=len(placed))
                 while True:
                     settled = 0
                     for queue, job_id, _ in placed:
@@ -344,7 +350,7 @@ class Demo:
                         settled += state in ("completed", "failed") or held
                     if settled == len(placed) or time.monotonic() > deadline:
                         return
-                    status.update(f"The workers are running the jobs: {settled} of {len(placed)} settled")
+                    shown.update(step, completed=settled)
                     await asyncio.sleep(0.3)
         finally:
             for handle in queues.values():

@@ -10,6 +10,7 @@ from pi_dispatch.capabilities import ROUTE_FRESH_MS
 from pi_dispatch.findings import Finding
 from pi_dispatch.fleet import FleetHost, HostQueue
 from pi_dispatch.jscompat import iso_string
+from pi_dispatch.liveness import not_draining
 from pi_dispatch.registry import InvalidRow
 
 DOCTOR_STALE_MS: Final = 300_000
@@ -144,6 +145,34 @@ def queue_findings(queues: Sequence[HostQueue], after_ms: Mapping[str, int], now
                 f"bring {queue.host} back, or let its jobs move (the threshold is "
                 f"pi_dispatch_worker_rehome_after_ms on the hosts)",
                 (queue.host,),
+            )
+        )
+    return findings
+
+
+def draining_findings(
+    live_rows: Sequence[Mapping[str, object]], queues: Sequence[HostQueue], now_ms: int
+) -> list[Finding]:
+    """A live host that takes no job (`liveness.not_draining`), with its evidence: the free slots, the last poll,
+    and the oldest job waiting on its queue."""
+    oldest = {queue.host: queue.oldest_waiting_ms for queue in queues}
+    findings = []
+    for row in live_rows:
+        if (drain := not_draining(row, now_ms)) is None:
+            continue
+        name = str(row.get("name"))
+        evidence = drain.evidence()
+        if (waiting := oldest.get(name)) is not None:
+            evidence.append(f"the oldest job waiting on its queue was added {(now_ms - waiting) / 1000:.0f} s ago")
+        findings.append(
+            Finding(
+                "host-not-draining",
+                f"worker {name}",
+                "; ".join(evidence),
+                "the worker exits on its own and systemd restarts it; if it keeps coming back stuck, check its "
+                "connection to the store (a firewall dropping idle connections), then journalctl -u "
+                "pi-dispatch-worker",
+                (name,),
             )
         )
     return findings

@@ -43,6 +43,10 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         "warning",
         "a registry row breaks the contract (a bad name, a beat from the future); nobody routes to it",
     ),
+    "host-not-draining": (
+        "error",
+        "a live host takes no job: its queue consumer is stuck, or has not polled for 45 s with slots free",
+    ),
     "queue-silent-host": (
         "warning",
         "a named host is silent with jobs on its queue; they move to the live fleet after PI_REHOME_AFTER_MS",

@@ -111,6 +111,17 @@ class QueueCounts:
     delayed: int = 0
     prioritized: int = 0
     active: int = 0
+    failed: int = 0
+
+    def by_state(self) -> dict[str, int]:
+        """Each state's count, under the names `pi_dispatch_queue_jobs` and `top` use."""
+        return {
+            "waiting": self.waiting,
+            "delayed": self.delayed,
+            "active": self.active,
+            "prioritized": self.prioritized,
+            "failed": self.failed,
+        }
 
     @property
     def movable(self) -> int:
@@ -135,6 +146,7 @@ class HostQueue:
     host: str
     counts: QueueCounts
     silent_since_ms: int | None
+    oldest_waiting_ms: int | None = None  # when the job longest in `wait` was added
 
     def due_ms(self, after_ms: int) -> int | None:
         return None if self.silent_since_ms is None else self.silent_since_ms + after_ms

@@ -25,6 +25,7 @@ from pi_dispatch.enqueue import Enqueuer
 from pi_dispatch.events import EventLog
 from pi_dispatch.forge_authority import Authority, Undecided
 from pi_dispatch.jobs import target_separator
+from pi_dispatch.metrics import ReceiverMetrics
 from pi_dispatch.rules import Rules
 from pi_dispatch.valkey import describe
 from pi_dispatch.webhook_auth import AzureVerifier, GitLabVerifier, hub_signature_valid
@@ -151,9 +152,17 @@ class Receiver:
     resolvers: Resolvers = field(default_factory=Resolvers)
     error_log: EventLog | None = None
     clock: Callable[[], float] = time.time
+    metrics: ReceiverMetrics | None = None
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         path = endpoint_path(request.raw_path)
+        if self.metrics is None:
+            return await self._answer(request, path)
+        response = await self._answer(request, path)
+        self.metrics.answered(path[1:] if path in FORGE_PATHS else "github", response.status)
+        return response
+
+    async def _answer(self, request: web.BaseRequest, path: str) -> web.StreamResponse:
         handlers = {
             "/gitlab": self._gitlab if self.gitlab else None,
             "/forgejo": self._forgejo if self.forgejo_secret is not None else None,

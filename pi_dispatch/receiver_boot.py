@@ -32,6 +32,7 @@ from pi_dispatch.forge_identity import (
     gitlab_identity,
     with_retry,
 )
+from pi_dispatch.metrics import ReceiverMetrics
 from pi_dispatch.receiver import Identities, Receiver, Resolvers, application
 from pi_dispatch.receiver_config import ReceiverConfig
 from pi_dispatch.rules import Rules
@@ -85,10 +86,10 @@ def _failed(error_log: EventLog, error: BaseException) -> int:
     return int(getattr(error, "exit_code", ExitStatus.FAILURE))
 
 
-async def _health(config: ReceiverConfig, store: Any) -> web.AppRunner | None:
-    """GET /livez (the loop answers) and /readyz (the store answers too), apart from the webhook port."""
+async def _health(config: ReceiverConfig, store: Any, metrics: ReceiverMetrics | None) -> web.AppRunner | None:
+    """GET /livez (the loop answers), /readyz (the store answers too) and /metrics, apart from the webhook port."""
     address = config.settings.health_addr
-    if not address:
+    if not address or metrics is None:
         return None
 
     async def live(_: web.Request) -> web.Response:
@@ -101,9 +102,14 @@ async def _health(config: ReceiverConfig, store: Any) -> web.AppRunner | None:
             return web.json_response({"status": "store-unreachable"}, status=503)
         return web.json_response({"status": "ok"})
 
+    async def scraped(_: web.Request) -> web.Response:
+        body, content_type = metrics.exposition()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
     app = web.Application()
     app.router.add_get("/livez", live)
     app.router.add_get("/readyz", ready)
+    app.router.add_get("/metrics", scraped)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     host, _, port = address.rpartition(":")
@@ -160,7 +166,9 @@ class _Found:
     enqueuer: Enqueuer | None = None
 
 
-def _receiver(config: ReceiverConfig, found: _Found, log: EventLog, error_log: EventLog) -> Receiver:
+def _receiver(
+    config: ReceiverConfig, found: _Found, log: EventLog, error_log: EventLog, metrics: ReceiverMetrics | None
+) -> Receiver:
     assert found.enqueuer is not None
     return Receiver(
         config.rules,
@@ -173,6 +181,7 @@ def _receiver(config: ReceiverConfig, found: _Found, log: EventLog, error_log: E
         identities=found.identities,
         resolvers=found.resolvers,
         error_log=error_log,
+        metrics=metrics,
     )
 
 
@@ -202,13 +211,14 @@ async def serve(
     except (ConfigError, ForgeCallError, TimeoutError, OSError) as error:
         await _close(client, found)
         return _failed(error_log, error)
-    receiver = _receiver(config, found, log, error_log)
+    metrics = ReceiverMetrics() if settings.health_addr else None
+    receiver = _receiver(config, found, metrics.observe(log) if metrics else log, error_log, metrics)
     runner = web.ServerRunner(application(receiver), access_log=None)
     health: web.AppRunner | None = None
     try:
         await runner.setup()
         await web.TCPSite(runner, settings.bind, settings.port, reuse_address=True).start()
-        health = await _health(config, found.store)
+        health = await _health(config, found.store, metrics)
     except OSError as error:
         await runner.cleanup()
         await _close(client, found)

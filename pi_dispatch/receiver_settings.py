@@ -16,7 +16,7 @@ from pydantic import SecretStr, field_validator
 from pi_dispatch.declared import DeclaredSettings, setting
 from pi_dispatch.envfile import render_env
 from pi_dispatch.errors import ConfigError, Problem
-from pi_dispatch.setting_types import Password, TextForm, ValkeyUrl, Whole, matching
+from pi_dispatch.setting_types import HOST_PORT, Password, TextForm, ValkeyUrl, Whole, matching
 from pi_dispatch.valkey import DEFAULT_VALKEY_URL
 
 IDENTITY_RETRY_FLOOR_S: Final = 60
@@ -26,7 +26,7 @@ DEFAULT_GITLAB_URL: Final = "https://gitlab.com"
 _PATH = TextForm(pattern=r"[^\x00-\x1f\x7f]+", what="a file path")
 _BIND = TextForm(pattern=r"[A-Za-z0-9.:%_\[\]-]{1,255}", what="a listen address such as 0.0.0.0 or 127.0.0.1")
 _ADDRESS = TextForm(
-    pattern=r"[A-Za-z0-9.:%_\[\]-]{1,255}:[0-9]{1,5}",
+    pattern=HOST_PORT,
     what="host:port, such as 127.0.0.1:9470",
     blank_is_default=True,
     nullable=True,
@@ -94,7 +94,8 @@ class ReceiverSettings(DeclaredSettings):
     health_addr: Address = setting(
         "PI_RECEIVER_HEALTH_ADDR",
         None,
-        "host:port of the liveness endpoint (GET /livez, /readyz), kept off the webhook port. Empty: none.",
+        "host:port of the liveness and metrics endpoint (GET /livez, /readyz, /metrics), kept off the webhook port. "
+        "Empty: none.",
         "host:port such as 127.0.0.1:9470, or empty for none",
     )
     identity_retry_seconds: Whole = setting(

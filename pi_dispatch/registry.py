@@ -58,9 +58,11 @@ class HostRegistry:
     timeout_s: float = OP_TIMEOUT_S
     beat_ms: int = HOST_BEAT_MS
     facts: dict[str, Fact] = field(default_factory=dict)
+    progress: Callable[[], Mapping[str, str]] | None = None  # fields read afresh for every beat, all at once
     _closed: bool = False
     _unreachable: bool = False
     _unreachable_since: float | None = None  # monotonic: when the first beat of the current outage failed
+    last_beat_ms: int = 0  # wall clock of the last beat the store took
     _refused: set[str] = field(default_factory=set)
     _timer: asyncio.Task[None] | None = None
     _inflight: asyncio.Task[bool] | None = None
@@ -68,6 +70,9 @@ class HostRegistry:
     def row(self) -> dict[str, str]:
         """The fields the next beat writes: facts re-evaluated, stringified, path-like values dropped."""
         fields = {key: _fact_text(value) for key, value in self.facts.items()}
+        if self.progress is not None:
+            with contextlib.suppress(Exception):  # a beat without its progress facts beats all the same
+                fields.update(self.progress())
         fields.update(name=self.name, beatAt=str(self.now()))
         for key, text in list(fields.items()):
             if PATH_LIKE.search(text):
@@ -93,6 +98,7 @@ class HostRegistry:
                 self._unreachable, self._unreachable_since = True, time.monotonic()
                 self.log("host_registry_unreachable", {"reason": describe(error)})
             return False
+        self.last_beat_ms = self.now()
         if self._unreachable and not self._closed:
             self._unreachable, self._unreachable_since = False, None
             self.log("host_registry_restored", {})
@@ -125,8 +131,9 @@ class HostRegistry:
             await asyncio.sleep(self.beat_ms / 1000)
             await self.publish()
 
-    async def close(self) -> None:
-        """Stop beating and remove this host's row and membership. Idempotent, bounded."""
+    async def close(self, *, keep_row: bool = False) -> None:
+        """Stop beating and remove this host's row and membership (`keep_row`: leave the last row to age out, so
+        readers go on seeing what it said until a restarted worker replaces it). Idempotent, bounded."""
         if self._closed:
             return
         self._closed = True
@@ -138,6 +145,8 @@ class HostRegistry:
             # The row is deleted only once a beat in flight has landed, so it cannot resurrect it.
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(asyncio.shield(self._inflight), self.timeout_s)
+        if keep_row:
+            return
         with contextlib.suppress(Exception):
             pipe = self.client.pipeline(transaction=True)
             pipe.delete(host_row_key(self.name))

@@ -66,23 +66,40 @@ async def queue_counts(client: aioredis.Redis, queue: str, timeout_s: float = OP
     pipe.zcard(bull_key(queue, "delayed"))
     pipe.zcard(bull_key(queue, "prioritized"))
     pipe.llen(bull_key(queue, "active"))
-    waiting, delayed, prioritized, active = await bounded(pipe.execute(), timeout_s)
-    return QueueCounts(int(waiting), int(delayed), int(prioritized), int(active))
+    pipe.zcard(bull_key(queue, "failed"))
+    waiting, delayed, prioritized, active, failed = await bounded(pipe.execute(), timeout_s)
+    return QueueCounts(int(waiting), int(delayed), int(prioritized), int(active), int(failed))
 
 
 async def read_host_queues(
-    client: aioredis.Redis, hosts: list[dict[str, object]], now_ms: int, timeout_s: float = OP_TIMEOUT_S
+    client: aioredis.Redis,
+    hosts: list[dict[str, object]],
+    now_ms: int,
+    timeout_s: float = OP_TIMEOUT_S,
+    names: list[str] | None = None,
 ) -> list[HostQueue]:
-    """Each host queue with its counts and its host's silence, for the re-homer, `hosts` and `audit --live`."""
+    """Each host queue (`names`, else every one a SCAN finds) with its counts and its host's silence, for the
+    re-homer, `hosts`, `audit --live` and `top`."""
     rows = {str(row.get("name")): row for row in hosts}
     found = []
-    for queue in await host_queue_names(client, timeout_s):
+    for queue in names if names is not None else await host_queue_names(client, timeout_s):
         host = worker_of_queue(queue) or ""
         stored = await bounded(client.get(rehome_since_key(host)), timeout_s)
         stored_ms = int(stored) if stored is not None and _text(stored).isdigit() else None
         since = silent_since(rows.get(host), stored_ms, now_ms)
-        found.append(HostQueue(queue, host, await queue_counts(client, queue, timeout_s), since))
+        oldest = await oldest_waiting_ms(client, queue, timeout_s)
+        found.append(HostQueue(queue, host, await queue_counts(client, queue, timeout_s), since, oldest))
     return found
+
+
+async def oldest_waiting_ms(client: aioredis.Redis, queue: str, timeout_s: float = OP_TIMEOUT_S) -> int | None:
+    """When the job that has waited longest on a queue was added (BullMQ pushes new jobs at the left)."""
+    job_id = await bounded(client.lindex(bull_key(queue, "wait"), -1), timeout_s)
+    if job_id is None:
+        return None
+    stamp = await bounded(client.hget(bull_key(queue, _text(job_id)), "timestamp"), timeout_s)
+    text = _text(stamp) if stamp is not None else ""
+    return int(text) if text.isdigit() else None
 
 
 def _text(value: bytes | str) -> str:

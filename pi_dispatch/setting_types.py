@@ -41,6 +41,7 @@ NO_CONTROL: Final = PATH_CHARS
 VALKEY_URL: Final = r"(?:redis|rediss|unix)://[^\x00-\x20\x7f]+"
 ZONE: Final = r":?[A-Za-z0-9_+./-]+"
 CPUS: Final = r"[1-9][0-9]{0,3}(?:\.[0-9]{1,2})?|0\.(?:[1-9][0-9]?|0[1-9])"
+HOST_PORT: Final = r"[A-Za-z0-9.:%_\[\]-]{1,255}:[0-9]{1,5}"
 _BLANKS: Final = "[ \\t]*"
 MAX_LIST: Final = 64
 _WHOLE: Final = re.compile(r"[ \t]*(0|[1-9][0-9]{0,17})[ \t]*")
@@ -300,6 +301,8 @@ _USER = TextForm(
     what="a user[:group] name or id",
     blank_is_default=True,
 )
+# an empty address turns the listener off, so empty is a value here, not "the default"
+_METRICS = TextForm(pattern=f"|{HOST_PORT}", what="host:port, or empty for none")
 _NETWORK = TextForm(pattern=r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", what="a Docker network name", blank_is_default=True)
 
 Whole = Annotated[int, BeforeValidator(_whole), WholeForm()]
@@ -318,6 +321,7 @@ Zone = Annotated[str | None, matching(_ZONE), _ZONE]
 JobNetwork = Annotated[str | None, matching(_NETWORK), _NETWORK]
 ImageList = Annotated[tuple[str, ...], NoDecode, _items(_IMAGES), _IMAGES]
 ContainerUser = Annotated[str | None, matching(_USER), _USER]
+ListenAddress = Annotated[str, matching(_METRICS), _METRICS]
 
 
 def form_of(field: FieldInfo) -> Form:

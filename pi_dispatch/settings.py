@@ -31,6 +31,7 @@ from pi_dispatch.setting_types import (
     ImageList,
     ImageReference,
     JobNetwork,
+    ListenAddress,
     Password,
     SecretProfiles,
     ValkeyUrl,
@@ -241,6 +242,13 @@ class WorkerSettings(DeclaredSettings):
     )
     wait_max_faults: Whole = unbounded(
         "PI_WAIT_MAX_FAULTS", 5, "Consecutive check faults before wait-unanswerable.", "a whole number, 1 or more"
+    )
+    metrics_addr: ListenAddress = setting(
+        "PI_METRICS_ADDR",
+        "127.0.0.1:10470",
+        "host:port of the worker's Prometheus metrics (GET /metrics); empty turns them off. The default listens on "
+        "this host only, on a port outside the 9100-9999 range the Prometheus exporter allocations fill.",
+        "host:port such as 127.0.0.1:10470 or 0.0.0.0:10470, or empty for no metrics",
     )
     tz: Zone = setting(
         "TZ",

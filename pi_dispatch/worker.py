@@ -30,10 +30,13 @@ from pi_dispatch.history import RunRecorder, reap_logs
 from pi_dispatch.jobdirs import clear_job_dirs
 from pi_dispatch.jobs import QueuedJob
 from pi_dispatch.keys import SHARED_QUEUE, host_queue_name
+from pi_dispatch.liveness import CONSUMER_STUCK_S, IDLE_POLL_S, progress_facts, stuck_consumer
+from pi_dispatch.metrics import WorkerMetrics
 from pi_dispatch.mirror import RunMirror
 from pi_dispatch.reasons import Reason
 from pi_dispatch.registry import HostRegistry, LiveHosts, read_live_hosts
-from pi_dispatch.rehome import MAX_STALLS, Rehomer
+from pi_dispatch.rehome import MAX_STALLS, Rehomer, queue_counts
+from pi_dispatch.sdnotify import notify, watchdog_interval_s
 from pi_dispatch.settings import WorkerSettings, password_text
 from pi_dispatch.valkey import bounded, connect, describe, fleet_id, with_password
 from pi_dispatch.waitgate import WaitGate
@@ -56,8 +59,13 @@ class Worker:
     now: Callable[[], int] = wall_ms
     jitter: Callable[[], float] = random.random
     beat_ms: int | None = None
+    stuck_after_s: float = CONSUMER_STUCK_S
+    idle_poll_s: float = IDLE_POLL_S
 
     def __post_init__(self) -> None:
+        self.metrics = WorkerMetrics(enabled=bool(self.settings.metrics_addr))
+        self.log = self.metrics.observe(self.log)
+        self.stuck = False
         self.name = self.settings.worker_name
         self.queues = [SHARED_QUEUE] + ([host_queue_name(self.name)] if self.settings.worker_name_declared else [])
         self.bullmq_workers: list[Any] = []
@@ -88,7 +96,9 @@ class Worker:
         self.recorder = RunRecorder(settings.logs_dir, mirror, self.log)
         wait_gate = WaitGate(settings, self.client, self.now, self.jitter, self.log)
         self.attempts = Attempts(settings, self.runtime, self.client, self.recorder, wait_gate, self.now, self.log)
-        self.registry = HostRegistry(self.client, self.name, log=self.log)
+        self.attempts.metrics = self.metrics
+        self._serve_metrics()
+        self.registry = HostRegistry(self.client, self.name, log=self.log, progress=self._progress)
         if self.beat_ms is not None:
             self.registry.beat_ms = self.beat_ms
         await self.registry.start(self._row(digest or ""))
@@ -105,12 +115,16 @@ class Worker:
         ]
         health = asyncio.ensure_future(self._health())
         self.log("worker_started", {"queues": self.queues, "concurrency": settings.concurrency, "reaped": reaped})
+        notify("READY=1")
+        if (interval := watchdog_interval_s()) is not None:
+            background.append(asyncio.ensure_future(self._feed_watchdog(interval)))
         stopping = asyncio.ensure_future(stop.wait())
         done, _ = await asyncio.wait([stopping, health, *runs], return_when=asyncio.FIRST_COMPLETED)
         fault = None
         if stopping not in done:
             fault = health.result() if health in done else "a queue consumer ended"
             self.log("worker_failing", {"reason": fault})
+        notify("STOPPING=1")
         for task in (stopping, health, *background):
             task.cancel()
         await self._drain()
@@ -121,10 +135,13 @@ class Worker:
         await self.recorder.settle()
         if self.recorder.unwritten and self.recorder.retry():
             self.log("run_records_unwritten", {"count": len(self.recorder.unwritten)})  # the disk still refuses them
-        await self.registry.close()
+        # A stuck worker's last row (consumer: stuck) stays until its restart replaces it or it ages out, so
+        # routers keep leaving this host out meanwhile.
+        await self.registry.close(keep_row=self.stuck)
         return await self._end(fault)
 
     async def _end(self, fault: str | None) -> int:
+        self.metrics.close()
         with contextlib.suppress(Exception):
             await bounded(self.client.aclose(), 2)
         self.runtime.close()
@@ -145,6 +162,7 @@ class Worker:
             "lockDuration": settings.lock_duration_ms,
             "stalledInterval": settings.lock_duration_ms,
             "maxStalledCount": MAX_STALLS,
+            "drainDelay": self.idle_poll_s,
         }
         for queue in self.queues:
             bull = GuardedConsumer(queue, self._processor(queue), dict(options), self._failed_unread)
@@ -164,14 +182,17 @@ class Worker:
     def _failed_unread(self, job: Any, reason: Reason) -> None:
         """A job failed unread (its stored data cannot be parsed) still gets a record."""
         self.attempts.record(job, {}, self.now(), None, {"reason": reason})
-        self.log("job_refused", {"jobId": str(job.id), "reason": reason})
+        self.log(
+            "job_unreadable", {"jobId": str(job.id), "queue": str(getattr(job, "queueName", "")), "reason": reason}
+        )
 
     def _failed_unrun(self, job: Any, error: Any, *_: Any) -> None:
         """A job BullMQ failed without running it (it stalled more than MAX_STALLS times) still gets a record."""
         if getattr(job, "deferredFailure", None):
             data = job.data if isinstance(job.data, dict) else {}
             self.attempts.record(job, data, self.now(), None, {"reason": Reason.JOB_STALLED})
-            self.log("job_failed", {"jobId": str(job.id), "reason": Reason.JOB_STALLED, "attempt": attempts_made(job)})
+            fields = {"jobId": str(job.id), "queue": str(getattr(job, "queueName", "")), "reason": Reason.JOB_STALLED}
+            self.log("job_failed", {**fields, "attempt": attempts_made(job)})
 
     async def _health(self) -> str:
         """Returns why the worker cannot go on: Docker gone with no job to wait for, or the store gone too long."""
@@ -181,6 +202,11 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
+            if (stuck := stuck_consumer(self.bullmq_workers, now, self.stuck_after_s)) is not None:
+                self.stuck = True  # the row says so at once, so routers leave this host out before it restarts
+                await self.registry.publish()
+                self.log("consumer_stuck", {"queue": stuck.queue, "seconds": round(stuck.seconds)})
+                return stuck.reason
             docker_lost = None if await self.runtime.ping() else (docker_lost or now)
             if docker_lost is not None and now - docker_lost >= budget_s and not self.running:
                 return f"the Docker daemon has been unreachable for {now - docker_lost:.0f} s"
@@ -195,11 +221,40 @@ class Worker:
             await asyncio.sleep(self.registry.beat_ms / 1000)
             if self.recorder.unwritten and self.recorder.retry():
                 self.log("run_records_unwritten", {"count": len(self.recorder.unwritten)})
+            await self._measure()
             live = await read_live_hosts(self.client)
             if isinstance(live, LiveHosts):
                 alive = {str(host["name"]) for host in live.hosts if is_live(host)}
                 if removed := await self.runtime.sweep_orphans(alive):
                     self.log("orphans_removed", {"count": removed})
+
+    async def _measure(self) -> None:
+        """The metrics read once a beat: the last beat and poll, and this host's queues' depths (bounded)."""
+        if not self.metrics.enabled:
+            return
+        self.metrics.beat(self.registry.last_beat_ms / 1000)
+        self.metrics.polled(max((bull.polled_at_ms for bull in self.bullmq_workers), default=0) / 1000)
+        for queue in self.queues:
+            with contextlib.suppress(Exception):  # an unreachable store leaves the last depths in place
+                self.metrics.depth(queue, (await queue_counts(self.client, queue)).by_state())
+
+    def _serve_metrics(self) -> None:
+        address = self.settings.metrics_addr
+        if not address:
+            return
+        self.metrics.live(lambda: len(self.running), self.settings.concurrency)
+        try:
+            self.metrics.serve(address)
+        except OSError as error:  # a taken port costs the metrics, never the worker
+            self.log("metrics_unavailable", {"reason": describe(error)})
+            return
+        self.log("metrics_serving", {"address": address})
+
+    async def _feed_watchdog(self, interval_s: float) -> None:
+        """WATCHDOG=1 from the event loop itself: a loop blocked past WatchdogSec is killed and restarted."""
+        while True:
+            notify("WATCHDOG=1")
+            await asyncio.sleep(interval_s)
 
     async def _drain(self) -> None:
         """Take nothing new; let running containers finish within the grace, then stop them and put their jobs back."""
@@ -226,6 +281,11 @@ class Worker:
             await asyncio.sleep(SWEEP_INTERVAL_S)
             settings = self.settings
             await asyncio.to_thread(reap_logs, settings.logs_dir, settings.log_retention_days, log=self.log)
+
+    def _progress(self) -> dict[str, str]:
+        """The row's progress facts (`liveness.py`), read for every beat."""
+        concurrency = self.settings.concurrency
+        return progress_facts(self.bullmq_workers, self.attempts.running_since, concurrency, self.stuck)
 
     def _row(self, image_digest: str) -> dict[str, object]:
         settings = self.settings

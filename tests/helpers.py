@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,57 @@ class PrivateDocker:
         self.stop()
         subprocess.run(["umount", "-l", str(self.root / "data")], capture_output=True, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class Terminal:
+    """`python -m pi_dispatch ARGS` in a pseudo-terminal that is its controlling terminal, as in a shell: rich
+    sees a terminal, a typed key reaches it, Ctrl-C is its SIGINT. `output` is everything it drew."""
+
+    def __init__(self, *args: str, columns: int = 160) -> None:
+        import pty
+
+        env = {**os.environ, "TERM": "xterm", "COLUMNS": str(columns), "LINES": "50"}
+        env.pop("NO_COLOR", None)
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.execvpe(sys.executable, [sys.executable, "-m", "pi_dispatch", *args], env)
+        self.output = b""
+        self.exit_code: int | None = None
+
+    def _read(self, timeout_s: float) -> None:
+        import select
+
+        if select.select([self.fd], [], [], timeout_s)[0]:
+            with contextlib.suppress(OSError):  # EIO once the child has closed the terminal
+                self.output += os.read(self.fd, 65536)
+
+    def read_until(self, done: Callable[[bytes], bool], timeout_s: float = 60) -> bytes:
+        deadline = time.monotonic() + timeout_s
+        while not done(self.output):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not seen in the terminal: {self.output[-2000:]!r}")
+            self._read(0.2)
+        return self.output
+
+    def press(self, keys: bytes) -> None:
+        os.write(self.fd, keys)
+
+    def wait(self, timeout_s: float = 60) -> int:
+        """The exit code, reading what it draws meanwhile (a full terminal would block it)."""
+        deadline = time.monotonic() + timeout_s
+        while (ended := os.waitpid(self.pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"still running: {self.output[-2000:]!r}")
+            self._read(0.05)
+        self._read(0.2)
+        self.exit_code = os.waitstatus_to_exitcode(ended[1])
+        return self.exit_code
+
+    def close(self) -> None:
+        if self.exit_code is None:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            self.exit_code = -signal.SIGKILL
+        with contextlib.suppress(OSError):
+            os.close(self.fd)

@@ -156,6 +156,25 @@ def test_live_down_host_turns_single_point_of_failure_into_refusal() -> None:
     assert {"host-stale", "profile-hosts-down"} <= set(codes(report))
 
 
+def test_a_host_that_takes_no_job_is_not_draining() -> None:
+    from pi_dispatch.fleet import HostQueue, QueueCounts
+
+    now = 10_000_000
+    stuck = row("mini1", "s:prod,w:ci", consumer="stuck", slotsFree="2", polledAt=str(now - 5_000))
+    silent = row("mini2", "s:prod,w:ci", consumer="ok", slotsFree="1", polledAt=str(now - 120_000))
+    busy = row("mini2", "s:prod,w:ci", consumer="ok", slotsFree="0", polledAt=str(now - 120_000))
+    queue = HostQueue("pi-jobs@mini1", "mini1", QueueCounts(waiting=3), None, now - 90_000)
+    report = audit(FLEET, [], live_rows=[stuck, silent], live_state="ok", host_queues=[queue], now_ms=now)
+    found = {f.hosts[0]: f for f in report.findings if f.code == "host-not-draining"}
+    assert set(found) == {"mini1", "mini2"} and found["mini1"].severity == "error"
+    assert "stuck" in found["mini1"].message and "2 slots free" in found["mini1"].message
+    assert "added 90 s ago" in found["mini1"].message and "last poll 120 s ago" in found["mini2"].message
+    fine = audit(
+        FLEET, [], live_rows=[row("mini1", "s:prod,w:ci", polledAt=str(now)), busy], live_state="ok", now_ms=now
+    )
+    assert "host-not-draining" not in codes(fine)  # a busy host with no free slot is not asking, and that is fine
+
+
 def test_every_finding_code_has_a_fixture() -> None:
     source = Path(__file__).read_text()
     assert [code for code in CODES if f'"{code}"' not in source] == []

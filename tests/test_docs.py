@@ -31,6 +31,7 @@ SAYS = {
     "pi-dispatch route": ["pi-jobs@mini1"],
     "pi-dispatch enqueue": ["pi-jobs@mini1"],
     "pi-dispatch hosts": ["mini1", "mini2", "mini3", "s:prod"],
+    "pi-dispatch top": ["mini1", "mini2", "mini3", "pi-jobs@mini1", "Latest runs"],  # a pipe gets one frame
     "pi-dispatch audit -i inventory.example/hosts.yml --triggers inventory.example/triggers.json --simulate": [
         "profile-hosts-down"
     ],

@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from pi_dispatch.embedded import free_port
 from tests.fakeforge import FakeForge, Reply
@@ -148,6 +149,25 @@ async def test_boot_serve_reload_and_stop(tmp_path: Path, valkey_url: str, clien
         invalid = await receiver.wait_for("triggers_reload_invalid")
         assert invalid["kept"] is True
         assert await deliver(port, labeled("pi:other", 44), "b-3") == 202  # the rules being served stay
+        assert await deliver(port, labeled("pi:nothing", 45), "b-4") == 204  # no trigger matches: dropped
+        async with aiohttp.ClientSession() as session, session.get(f"http://{health}/metrics") as scraped:
+            assert scraped.status == 200
+            metrics = {
+                (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+                for family in text_string_to_metric_families(await scraped.text())
+                for sample in family.samples
+                if sample.name.startswith("pi_dispatch_deliveries")
+            }
+        answered = {
+            labels: value for (name, labels), value in metrics.items() if name == "pi_dispatch_deliveries_total"
+        }
+        assert answered == {
+            (("forge", "github"), ("status", "202")): 3,
+            (("forge", "github"), ("status", "204")): 1,
+            (("forge", "github"), ("status", "405")): 1,
+        }
+        dropped = [labels for (name, labels), _ in metrics.items() if name == "pi_dispatch_deliveries_dropped_total"]
+        assert len(dropped) == 1 and metrics[("pi_dispatch_deliveries_dropped_total", dropped[0])] == 1
         receiver.process.send_signal(signal.SIGTERM)
         assert await receiver.exit_code() == 0
         assert (await receiver.wait_for("receiver_stopping"))["signal"] == "SIGTERM"

@@ -44,6 +44,7 @@ def worker_env(tmp: Path, valkey_url: str, image: str, name: str | None, **extra
         "PI_DRAIN_GRACE_MS": "20000",
         "PI_JOB_MEMORY_MB": "64",
         "PI_JOB_CPUS": "0.5",
+        "PI_METRICS_ADDR": "",  # off: test workers would otherwise share the default port
     }
     if name:
         env["PI_WORKER_NAME"] = name
