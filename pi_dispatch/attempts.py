@@ -36,6 +36,7 @@ from pi_dispatch.jobs import QueuedJob
 from pi_dispatch.jscompat import iso_string
 from pi_dispatch.metrics import WorkerMetrics
 from pi_dispatch.names import IMAGE_REFERENCE_RE
+from pi_dispatch.oneshot import OneShots
 from pi_dispatch.outcomes import JobFailure, PutBack, container_result
 from pi_dispatch.reasons import Reason
 from pi_dispatch.records import build_record
@@ -72,6 +73,7 @@ class Attempts:
     running: dict[str, StopRequest] = field(default_factory=dict)  # job id -> its container's stop, while it runs
     running_since: dict[str, int] = field(default_factory=dict)  # job id -> when its container started (epoch ms)
     metrics: WorkerMetrics = field(default_factory=lambda: WorkerMetrics(enabled=False))
+    one_shots: OneShots | None = None  # spends a one-shot rule once its run's record is written
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -147,6 +149,8 @@ class Attempts:
             self.log("run_record_degraded", {"jobId": facts["job_id"], "error": type(failure).__name__})
             record = build_record(data={}, result=None, error={"reason": Reason.INFRA}, **facts)
         self.recorder.record(record)
+        if self.one_shots is not None:  # after the record: a crash between leaves it armed with a record, never
+            self.one_shots.spend(facts["job_id"], data, self.now())  # spent without one
 
     async def _attempt(self, job: QueuedJob, token: str, queue: str, data: Mapping[str, Any]) -> dict[str, object]:
         if bound := job_refusal(job.data):

@@ -12,30 +12,19 @@ import difflib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from pi_dispatch.capabilities import CAP_SECRET, job_needs
+from pi_dispatch.capabilities import CAP_SECRET, DEFAULT_SECRET_TOKEN, job_needs, need_label, profile_variable
+from pi_dispatch.cron_audit import cron_drift_findings, cron_findings
 from pi_dispatch.drift import draining_findings, invalid_row_findings, live_findings, queue_findings
 from pi_dispatch.findings import CODES, SEVERITIES, Finding, Report, Severity
 from pi_dispatch.fleet import FleetHost, HostQueue
-from pi_dispatch.hostvars import PREFIX, InventoryHost, host_problems
-from pi_dispatch.profiles import DEFAULT_SECRET_PROFILE
+from pi_dispatch.hostvars import InventoryHost, host_problems
 from pi_dispatch.reasons import Reason
 from pi_dispatch.registry import InvalidRow
+from pi_dispatch.schedules import CRON
 from pi_dispatch.settings import rehome_after_ms
 from pi_dispatch.triggers import Trigger
 
 __all__ = ["CODES", "SEVERITIES", "Finding", "Report", "Severity", "audit"]
-
-# A job binding secrets without naming a profile uses this one, and is never routed for it.
-DEFAULT_SECRET_TOKEN = f"{CAP_SECRET}:{DEFAULT_SECRET_PROFILE}"
-
-
-def _need_label(need: str) -> str:
-    kind, _, name = need.partition(":")
-    return f"{'secret' if kind == CAP_SECRET else 'wait'} profile {name!r}"
-
-
-def _variable(need: str) -> str:
-    return f"{PREFIX}{'secret' if need.startswith(f'{CAP_SECRET}:') else 'wait'}_profiles"
 
 
 def _refusal(need: str) -> Reason:
@@ -78,9 +67,9 @@ class _Placement:
                 out.append(
                     (
                         "profile-undeclared",
-                        f"needs {_need_label(need)}, which no host declares; every delivery is refused "
+                        f"needs {need_label(need)}, which no host declares; every delivery is refused "
                         f"({_refusal(need)}){_close_names(need, self.declared_anywhere)}",
-                        f"declare it in a host's {_variable(need)}, or fix the trigger's name for it",
+                        f"declare it in a host's {profile_variable(need)}, or fix the trigger's name for it",
                         (),
                         need,
                     )
@@ -89,7 +78,7 @@ class _Placement:
                 out.append(
                     (
                         "profile-hosts-down",
-                        f"needs {_need_label(need)}, declared only on {', '.join(owners)}, which "
+                        f"needs {need_label(need)}, declared only on {', '.join(owners)}, which "
                         f"{'is' if len(owners) == 1 else 'are'} down; deliveries are refused meanwhile",
                         "bring a host that declares it back, or declare it on another host",
                         owners,
@@ -105,7 +94,7 @@ class _Placement:
             return [
                 (
                     "needs-split",
-                    f"needs {', '.join(map(_need_label, needs))}, but no single host that is up has all of them",
+                    f"needs {', '.join(map(need_label, needs))}, but no single host that is up has all of them",
                     "declare all of them on at least one host",
                     (),
                     profile,
@@ -154,6 +143,8 @@ def _placement_findings(
     up = [host for host in fleet if host.name not in down]
     findings = []
     for trigger in triggers:
+        if trigger.on_type == CRON:
+            continue  # never routed: `cron_audit` judges it against the host whose file holds it
         needs = tuple(job_needs(trigger.run))
         if needs:
             for code, message, fix, hosts, profile in placement.classify(needs):
@@ -255,8 +246,11 @@ def audit(
     host_queues: Sequence[HostQueue] = (),
     invalid_rows: Sequence[InvalidRow] = (),
     now_ms: int = 0,
+    host_triggers: Mapping[str, Sequence[Trigger]] | None = None,
 ) -> Report:
-    """The whole audit. live_rows None means --live was not asked for (or the registry was unreachable)."""
+    """The whole audit. live_rows None means --live was not asked for (or the registry was unreachable).
+    host_triggers: each inventory host's own triggers file (its cron), by host name."""
+    cron_files = host_triggers or {}
     fleet = [FleetHost.of_inventory(host) for host in hosts]
     down = set(simulate_down)
     findings = _config_findings(hosts, fleet)
@@ -276,7 +270,9 @@ def audit(
         findings += queue_findings(host_queues, defaultdict(lambda: rehome_after_ms(None), after), now_ms)
         findings += draining_findings(live_rows, host_queues, now_ms)
         findings += invalid_row_findings(invalid_rows)
+        findings += cron_drift_findings(hosts, fleet, live_rows, cron_files)
     findings += _placement_findings(triggers, fleet, down, liveness)
+    findings += cron_findings(fleet, cron_files)
     order = {severity: rank for rank, severity in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (order[f.severity], f.code, f.subject))
     return Report(findings, live_state, sorted(set(simulate_down)), len(hosts), len(triggers))

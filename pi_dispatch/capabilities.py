@@ -13,9 +13,12 @@ from typing import Final
 
 from pi_dispatch.jscompat import MISSING, finite, fnv1a32, get, js_number, js_sorted, js_string, nullish
 from pi_dispatch.names import is_profile_name
+from pi_dispatch.profiles import DEFAULT_SECRET_PROFILE
 
 CAP_SECRET: Final = "s"  # noqa: S105 - a class letter, not a secret
 CAP_WAIT: Final = "w"
+# A job binding secrets without naming a profile uses this one, and is never routed for it.
+DEFAULT_SECRET_TOKEN: Final = f"{CAP_SECRET}:{DEFAULT_SECRET_PROFILE}"
 # Evidence of life, not absence of expiry: three beats, well inside the 90 s row TTL.
 ROUTE_FRESH_MS: Final = 45_000
 
@@ -60,6 +63,19 @@ def parse_caps_ordered(raw: object) -> list[str]:
 def parse_caps(raw: object) -> set[str]:
     """A peer's valid tokens as a set."""
     return set(parse_caps_ordered(raw))
+
+
+def need_label(need: str) -> str:
+    """`secret profile 'prod'`: a need as the audit names it."""
+    kind, _, name = need.partition(":")
+    return f"{'secret' if kind == CAP_SECRET else 'wait'} profile {name!r}"
+
+
+def profile_variable(need: str) -> str:
+    """The inventory variable that declares what a need names."""
+    from pi_dispatch.settings import HOST_VAR_PREFIX  # settings are the audit's concern, not the router's
+
+    return f"{HOST_VAR_PREFIX}{'secret' if need.startswith(f'{CAP_SECRET}:') else 'wait'}_profiles"
 
 
 def job_needs(job: object) -> list[str]:

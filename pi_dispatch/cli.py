@@ -89,12 +89,27 @@ app.add_typer(config_app, name="config")
 @config_app.command("check")
 def config_check(env_file: EnvFileOption = None) -> None:
     """Validate the worker's configuration: prints OK or every problem; exit 0 or 2."""
+    from pi_dispatch.cron import load_cron
     from pi_dispatch.settings import load_settings
 
     settings = load_settings(env_file)
     where = str(env_file) if env_file else "the environment"
     declared = "declared" if settings.worker_name_declared else "not declared, derived from the hostname"
-    console.print(escape(f"OK: {where} configures worker {settings.worker_name!r} ({declared})"))
+    cron = "cron disabled"
+    if settings.triggers_file is not None:
+        _, triggers = load_cron(settings.triggers_file, "PI_TRIGGERS_FILE")
+        cron = f"{sum(trigger.on_type == 'cron' for trigger in triggers)} cron entries"
+    console.print(escape(f"OK: {where} configures worker {settings.worker_name!r} ({declared}; {cron})"))
+
+
+@config_app.command("triggers")
+def config_triggers(file: Annotated[Path, typer.Argument(help="The triggers file to check.")]) -> None:
+    """Check a triggers file as the worker reads it (and the receiver, which reads the same format): exit 0 or 2."""
+    from pi_dispatch.cron import load_cron
+
+    _, triggers = load_cron(file, str(file))
+    cron = sum(trigger.on_type == "cron" for trigger in triggers)
+    console.print(escape(f"OK: {file}: {len(triggers)} triggers, {cron} of them cron"))
 
 
 @config_app.command("show")

@@ -43,10 +43,17 @@ def audit(
     fail_on: Annotated[
         FailOn, typer.Option("--fail-on", help="Exit 1 on findings at or above this level.")
     ] = FailOn.error,
+    extra_vars: Annotated[
+        str | None,
+        typer.Option(
+            "-e", "--extra-vars", help="Variables as a JSON object that win over the inventory's, as the play's do."
+        ),
+    ] = None,
 ) -> None:
     """Every trigger whose jobs would be refused or misplaced, and the drift between inventory and fleet."""
     from pi_dispatch.audit import audit as run_audit
     from pi_dispatch.clock import wall_ms
+    from pi_dispatch.cron import hosts_cron
     from pi_dispatch.fleet import HostQueue
     from pi_dispatch.inventory import load_inventory, receiver_triggers
     from pi_dispatch.operations import print_report, read_fleet, valkey_url
@@ -55,7 +62,7 @@ def audit(
 
     with progress(console, quiet=as_json) as shown:
         step = shown.add_task("Loading the inventory", total=1)
-        hosts = load_inventory(inventory)
+        hosts = load_inventory(inventory, _extra(extra_vars))
         shown.update(step, completed=1)
         unknown = sorted(set(simulate_down or []) - {host.name for host in hosts})
         if unknown:
@@ -69,15 +76,18 @@ def audit(
                     )
                 ]
             )
+        host_files = {host.name: source for host in hosts if (source := host.triggers_source) is not None}
         files = list(triggers or [])
-        if not files:  # the workers' declared files and the receivers' (what the roles deploy)
-            declared = [Path(str(path)) for path in sorted({host.declared("triggers_file") for host in hosts} - {None})]
-            files = [path for path in dict.fromkeys([*declared, *receiver_triggers(inventory)]) if path.is_file()]
-        step = shown.add_task("Reading the triggers files", total=len(files))
+        if not files:  # the receivers' files and the workers' own, as the roles deploy them
+            files = [
+                path for path in dict.fromkeys([*receiver_triggers(inventory), *host_files.values()]) if path.is_file()
+            ]
+        step = shown.add_task("Reading the triggers files", total=len(files) + len(host_files))
         loaded = []
         for path in files:
             loaded += load_triggers(path)
             shown.advance(step)
+        host_triggers = hosts_cron(hosts, lambda: shown.advance(step))  # each host's cron, judged where it runs
         rows, state, host_queues, invalid_rows = None, "off", list[HostQueue](), list[InvalidRow]()
         if live or url:
             step = shown.add_task("Reading the live registry and host queues", total=1)
@@ -97,12 +107,24 @@ def audit(
             host_queues=host_queues,
             invalid_rows=invalid_rows,
             now_ms=wall_ms(),
+            host_triggers=host_triggers,
         )
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
     else:
         print_report(console, report)
     raise typer.Exit(ExitStatus.FAILURE if report.at_or_above(fail_on.value) else ExitStatus.OK)
+
+
+def _extra(text: str | None) -> dict[str, object]:
+    """The -e variables: a JSON object, or a config error naming the option."""
+    try:
+        extra = json.loads(text) if text else {}
+    except ValueError:
+        extra = None
+    if not isinstance(extra, dict):
+        raise ConfigError([Problem("--extra-vars", "is not a JSON object", "command line", 'write {"name": value}')])
+    return extra
 
 
 def top(

@@ -77,8 +77,9 @@ def receiver_env_schema() -> dict[str, Any]:
 def host_vars_schema() -> dict[str, Any]:
     """What an inventory host declares for its worker and for the role that installs it."""
     declared: list[tuple[str, FieldInfo, str | None]] = [
-        (host_variable(name, info), info, f"{info.validation_alias}: {info.description}")
+        (variable, info, f"{info.validation_alias}: {info.description}")
         for name, info in WorkerSettings.model_fields.items()
+        if (variable := host_variable(name, info)) is not None
     ]
     declared += [(str(info.validation_alias), info, info.description) for info in RoleVars.model_fields.values()]
     properties = {

@@ -25,6 +25,10 @@ from pi_dispatch.settings_sources import ENVIRONMENT, HostFacts, RawValues, read
 DEFAULT: Final = "default"
 
 
+# A setting no inventory variable declares directly: the role renders it (the deployed triggers file's path).
+ENV_ONLY: Final = "-"
+
+
 def setting(
     variable: str, default: Any, description: str, fix: str = "", *, host_var: str | None = None, **bounds: Any
 ) -> Any:

@@ -30,6 +30,8 @@ from rich.console import Console
 from rich.table import Table
 
 from pi_dispatch.capabilities import explain_route
+from pi_dispatch.cron import hosts_cron
+from pi_dispatch.demo_cron import show_cron
 from pi_dispatch.demo_hooks import DemoReceiver, RecordingEnqueuer, delivery_for
 from pi_dispatch.embedded import EmbeddedValkey, free_port
 from pi_dispatch.enqueue import ForgeRouter, registry_reader
@@ -94,21 +96,18 @@ def docker_problem() -> str | None:
     return None
 
 
-def _script_source(host: InventoryHost, inventory_dir: Path, destination: str) -> Path | None:
+def _script_source(host: InventoryHost, destination: str) -> Path | None:
     scripts = host.declared("scripts") or {}
     source = scripts.get(destination) if isinstance(scripts, Mapping) else None
-    if not isinstance(source, str):
-        return None
-    path = Path(source)
-    return path if path.is_absolute() else inventory_dir / "files" / path
+    return host.controller_file(source) if isinstance(source, str) else None
 
 
-def _local_profiles(host: InventoryHost, inventory_dir: Path, folder: Path, kind: ProfileKind) -> str:
+def _local_profiles(host: InventoryHost, folder: Path, kind: ProfileKind) -> str:
     """The host's profile table with each script copied into folder, in the env grammar."""
     table = host.secret_profiles if kind == "secret" else host.wait_profiles
     local_table = {}
     for name, destination in table.items():
-        source = _script_source(host, inventory_dir, destination)
+        source = _script_source(host, destination)
         local = folder / Path(destination).name
         if source is not None and source.is_file() and not local.exists():
             shutil.copyfile(source, local)
@@ -117,9 +116,7 @@ def _local_profiles(host: InventoryHost, inventory_dir: Path, folder: Path, kind
     return render_profiles(local_table)
 
 
-def worker_environment(
-    host: InventoryHost, inventory_dir: Path, valkey_url: str, state: Path, hostname: str
-) -> tuple[dict[str, str], FleetHost]:
+def worker_environment(host: InventoryHost, url: str, state: Path, hostname: str) -> tuple[dict[str, str], FleetHost]:
     """The host's rendered env, pointed at the demo's Valkey, folders and local copies of its scripts."""
     env = env_values(host.vars)
     env.pop("VALKEY_PASSWORD", None)
@@ -127,9 +124,9 @@ def worker_environment(
     (folder / "profiles").mkdir(parents=True, exist_ok=True)
     for kind, variable in VARIABLE.items():
         if variable in env:
-            env[variable] = _local_profiles(host, inventory_dir, folder / "profiles", kind)
+            env[variable] = _local_profiles(host, folder / "profiles", kind)
     env.update(
-        VALKEY_URL=valkey_url,
+        VALKEY_URL=url,
         PI_LOGS_DIR=str(folder / "logs"),
         PI_JOBS_DIR=str(folder / "jobs"),
         PI_DRAIN_GRACE_MS="5000",
@@ -137,6 +134,8 @@ def worker_environment(
         PI_EXAMPLE_SECRETS_DIR=str(state / "secrets"),
         PI_EXAMPLE_FLAGS_DIR=str(state / "flags"),
     )
+    if (source := host.triggers_source) is not None:  # its own copy, as the role installs one beside the env file
+        env["PI_TRIGGERS_FILE"] = str(shutil.copyfile(source, folder / "triggers.json"))
     return env, FleetHost.of_inventory(host, hostname)
 
 
@@ -161,7 +160,6 @@ class Demo:
     def __init__(self, console: Console, inventory: Path, triggers: Path) -> None:
         self.console = console
         self.inventory = inventory
-        self.inventory_dir = inventory.parent if inventory.is_file() else inventory
         self.triggers_path = triggers
         self.hostname = os.uname().nodename
         self.own_hostnames = os.geteuid() == 0 and shutil.which("unshare") is not None
@@ -206,6 +204,8 @@ class Demo:
                         self._start(workers, state)
                     await self._wait_for_rows(client, workers)
                     await self._show_fleet(client)
+                    if not problem:
+                        await show_cron(console, valkey.url, client, hosts)
                     placed = await self._enqueue(client, valkey.url, triggers)
                     if not problem:
                         await self._wait_for_runs(valkey.url, placed)
@@ -227,7 +227,7 @@ class Demo:
         # An undeclared worker is named after its hostname; each gets its inventory name as hostname
         # (a UTS namespace of its own) where this machine allows it, as it would have on its own machine.
         hostname = host.name if self.own_hostnames else self.hostname
-        env, fleet_host = worker_environment(host, self.inventory_dir, url, state, hostname)
+        env, fleet_host = worker_environment(host, url, state, hostname)
         return DemoWorker(host, fleet_host, env, hostname)
 
     def _start(self, workers: list[DemoWorker], state: Path) -> None:
@@ -381,8 +381,8 @@ class Demo:
 
         live = await read_live_hosts(client)
         rows = live.hosts if isinstance(live, LiveHosts) else None
-        triggers = self._triggers()
-        report = audit(hosts, triggers, live_rows=rows, live_state="ok" if rows is not None else "unreachable")
+        state = "ok" if rows is not None else "unreachable"
+        report = audit(hosts, self._triggers(), live_rows=rows, live_state=state, host_triggers=hosts_cron(hosts))
         self.console.rule("[bold]pi-dispatch audit -i inventory.example/hosts.yml --triggers triggers.json --live")
         print_report(self.console, report)
 

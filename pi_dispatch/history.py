@@ -29,11 +29,14 @@ def record_path(logs_dir: Path, job_id: object) -> Path:
     return logs_dir / f"{record_stem(job_id)}.json"
 
 
-def _write_atomically(target: Path, content: bytes) -> None:
-    """Temp file, fsync, rename, fsync of the folder: once this returns, the file survives a crash whole."""
+def write_atomically(target: Path, content: bytes, mode: int | None = None) -> None:
+    """Temp file, fsync, rename, fsync of the folder: once this returns, the file survives a crash whole.
+    The file is private (0600) unless mode says otherwise."""
     target.parent.mkdir(parents=True, exist_ok=True)
     handle, temp_name = tempfile.mkstemp(dir=target.parent, prefix=".", suffix=_TEMP_SUFFIX)
     try:
+        if mode is not None:
+            os.fchmod(handle, mode)
         with os.fdopen(handle, "wb") as temp:
             temp.write(content)
             temp.flush()
@@ -49,7 +52,7 @@ def _write_atomically(target: Path, content: bytes) -> None:
         os.close(folder)
 
 
-def _failure(error: BaseException) -> str:
+def failure_name(error: BaseException) -> str:
     """A write's failure by its cause (`ENOSPC`, `EROFS`, ...), never its path."""
     code = getattr(error, "errno", None)
     return errno.errorcode.get(code, type(error).__name__) if isinstance(code, int) else type(error).__name__
@@ -59,10 +62,10 @@ def write_record(logs_dir: Path, record: Mapping[str, Any], log: EventLog = disc
     """Write the record durably. Returns its path, or None after logging why."""
     try:
         target = record_path(logs_dir, record.get("jobId"))
-        _write_atomically(target, (js_json(record) + "\n").encode("utf-8"))
+        write_atomically(target, (js_json(record) + "\n").encode("utf-8"))
         return target
     except Exception as error:
-        log("run_record_failed", {"jobId": record_stem(record.get("jobId")), "reason": _failure(error)})
+        log("run_record_failed", {"jobId": record_stem(record.get("jobId")), "reason": failure_name(error)})
         return None
 
 
@@ -70,10 +73,10 @@ def write_job_log(logs_dir: Path, job_id: object, output: bytes, log: EventLog =
     """Write a job's raw container output to `<stem>.log` (mode 0600: it can quote issue text). Never raises."""
     try:
         target = logs_dir / f"{record_stem(job_id)}.log"
-        _write_atomically(target, output)
+        write_atomically(target, output)
         return target
     except Exception as error:
-        log("job_log_failed", {"jobId": record_stem(job_id), "reason": _failure(error)})
+        log("job_log_failed", {"jobId": record_stem(job_id), "reason": failure_name(error)})
         return None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -41,6 +42,8 @@ PREFIX: Final = HOST_VAR_PREFIX
 WORKERS_GROUP: Final = "pi_dispatch_workers"
 STORE_GROUP: Final = "pi_dispatch_store"
 HEADER: Final = "Rendered by pi-dispatch from the inventory for host {host}; a rollout overwrites edits."
+DEFAULT_ENV_FILE: Final = "/etc/pi-dispatch/worker.env"  # the role's default for pi_dispatch_worker_env_file
+TRIGGERS_NAME: Final = "triggers.json"
 
 
 @dataclass(frozen=True)
@@ -50,10 +53,26 @@ class InventoryHost:
     name: str
     vars: dict[str, Any]
     source: str
+    folder: str | None = None  # the inventory's directory, which relative controller files are found under
 
     def declared(self, suffix: str) -> Any:
         """The value of `pi_dispatch_worker_<suffix>`, or None."""
         return self.vars.get(PREFIX + suffix)
+
+    def controller_file(self, declared: str) -> Path:
+        """A controller file a variable names, as the role finds it: absolute, or in pi_dispatch_worker_scripts_dir
+        (by default the inventory's files/ folder)."""
+        path = Path(declared)
+        if path.is_absolute():
+            return path
+        folder = self.declared("scripts_dir") or Path(self.folder or ".") / "files"
+        return Path(str(folder)) / path
+
+    @property
+    def triggers_source(self) -> Path | None:
+        """This host's own triggers file on the controller, or None (no cron on this host)."""
+        declared = self.declared("triggers_source")
+        return self.controller_file(declared) if isinstance(declared, str) and declared else None
 
     @property
     def worker_name(self) -> str | None:
@@ -190,16 +209,21 @@ class RoleVars(BaseModel):
         "the controller folder relative script sources are found in (default: the inventory's files/).",
         "a folder on the controller",
     )
-    triggers_file: AbsolutePath = role_var(
-        "triggers_file", "the triggers.json this host serves (read by the audit).", "an absolute path"
+    triggers_source: Text = role_var(
+        "triggers_source",
+        "this host's triggers file on the controller (absolute, or in pi_dispatch_worker_scripts_dir): installed "
+        "0644 next to the env file as PI_TRIGGERS_FILE, its cron entries scheduled on this host; the audit reads "
+        "it. Unset: no cron on this host.",
+        "a file on the controller, such as mini1-triggers.json beside the scripts",
     )
 
 
 def host_forms() -> dict[str, tuple[Form, str]]:
     """Every `pi_dispatch_worker_*` variable: its form and its fix, the worker's settings first."""
     forms = {
-        host_variable(name, info): (form_of(info), extra(info, X_FIX))
+        variable: (form_of(info), extra(info, X_FIX))
         for name, info in WorkerSettings.model_fields.items()
+        if (variable := host_variable(name, info)) is not None
     }
     for info in RoleVars.model_fields.values():
         forms[str(info.validation_alias)] = (form_of(info), extra(info, X_FIX))
@@ -261,11 +285,25 @@ def _table_problems(variable: str, table: Mapping[object, object], source: str) 
     return found
 
 
+def triggers_beside(env_file: str) -> str:
+    """Where the role installs a host's triggers file: beside its env file."""
+    return f"{env_file.rsplit('/', 1)[0]}/{TRIGGERS_NAME}"
+
+
+def installed_triggers_path(host_vars: Mapping[str, Any]) -> str | None:
+    """The PI_TRIGGERS_FILE a host's worker gets, or None when it declares no triggers file."""
+    if not host_vars.get(PREFIX + "triggers_source"):
+        return None
+    return triggers_beside(str(host_vars.get(PREFIX + "env_file") or DEFAULT_ENV_FILE))
+
+
 def env_values(host_vars: Mapping[str, Any]) -> dict[str, str]:
     """The env variables a host's declarations set, as strings, in the env file's order."""
     values: dict[str, str] = {}
+    rendered = {"PI_TRIGGERS_FILE": installed_triggers_path(host_vars)}  # what the role itself puts in place
     for variable, (name, info) in fields_by_variable().items():
-        value = host_vars.get(host_variable(name, info))
+        declared = host_variable(name, info)
+        value = host_vars.get(declared) if declared is not None else rendered.get(variable)
         if value is None or value == {}:
             continue
         values[variable] = form_of(info).env_text(value)
@@ -289,7 +327,9 @@ def check_host_vars(host_vars: Mapping[str, Any], source: str = "") -> list[Prob
         found += field_problems(error, RoleVars, host_vars, source)
     # a table with problems would render into a different table; it has been reported as declared
     renderable = {key: value for key, value in host_vars.items() if not tables.get(key)}
-    host_var_of = {variable: host_variable(name, info) for variable, (name, info) in fields_by_variable().items()}
+    host_var_of = {
+        variable: host_variable(name, info) or variable for variable, (name, info) in fields_by_variable().items()
+    }
     for problem in check_worker_env(env_values(renderable), source):
         variable, _, rest = problem.subject.partition(" ")
         subject = host_var_of.get(variable, variable) + (f" {rest}" if rest else "")

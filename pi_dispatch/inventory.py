@@ -37,8 +37,11 @@ def _plain(value: object) -> Any:
     return value
 
 
-def _hosts_of(path: Path, group_name: str, prefix: str, required: bool) -> list[InventoryHost]:
-    """The hosts of one group with their templated `prefix*` variables; the group must exist when required."""
+def _hosts_of(
+    path: Path, group_name: str, prefix: str, required: bool, extra: Mapping[str, Any] | None = None
+) -> list[InventoryHost]:
+    """The hosts of one group with their templated `prefix*` variables; the group must exist when required.
+    extra: variables given on the command line (`-e`), which win over the inventory's, as Ansible's extra vars do."""
     require("controller", "ansible")
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
@@ -61,7 +64,7 @@ def _hosts_of(path: Path, group_name: str, prefix: str, required: bool) -> list[
             raise ConfigError([Problem(source, f"has no group {group_name}", source, fix)])
         hosts = []
         for host in group.get_hosts():
-            all_vars = variables.get_vars(host=host, include_hostvars=True)
+            all_vars = variables.get_vars(host=host, include_hostvars=True) | dict(extra or {})
             ours = {key: value for key, value in all_vars.items() if key.startswith(prefix)}
             ours |= {"inventory_dir": all_vars.get("inventory_dir")}
             templated = Templar(loader=loader, variables=all_vars).template(ours)
@@ -73,11 +76,16 @@ def _hosts_of(path: Path, group_name: str, prefix: str, required: bool) -> list[
         ) from error
 
 
-def load_inventory(path: Path) -> list[InventoryHost]:
+def load_inventory(path: Path, extra: Mapping[str, Any] | None = None) -> list[InventoryHost]:
     """The worker hosts of an inventory (file or directory), in inventory order."""
-    hosts = _hosts_of(path, WORKERS_GROUP, PREFIX, required=True)
+    hosts = _hosts_of(path, WORKERS_GROUP, PREFIX, required=True, extra=extra)
     return [
-        InventoryHost(host.name, {k: v for k, v in host.vars.items() if k != "inventory_dir"}, host.source)
+        InventoryHost(
+            host.name,
+            {k: v for k, v in host.vars.items() if k != "inventory_dir"},
+            host.source,
+            str(host.vars.get("inventory_dir") or (path if path.is_dir() else path.parent)),
+        )
         for host in hosts
     ]
 

@@ -36,6 +36,7 @@ from pi_dispatch.metrics import ReceiverMetrics
 from pi_dispatch.receiver import Identities, Receiver, Resolvers, application
 from pi_dispatch.receiver_config import ReceiverConfig
 from pi_dispatch.rules import Rules
+from pi_dispatch.triggers import Trigger
 from pi_dispatch.triggerwatch import TriggerWatch
 from pi_dispatch.valkey import bounded, connect, describe, shown, with_password
 
@@ -225,8 +226,8 @@ async def serve(
         return _failed(error_log, error)
     log("receiver_started", {"port": settings.port, "bind": settings.bind, "valkey": shown(settings.valkey_url)})
 
-    def swap(rules: Rules) -> None:
-        receiver.rules = rules
+    def swap(triggers: list[Trigger]) -> None:
+        receiver.rules = Rules.from_triggers(triggers)
 
     watch = TriggerWatch(config.triggers_path, settings.triggers_file, swap, log)
     watch.start(config.triggers_text)

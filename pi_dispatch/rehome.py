@@ -4,9 +4,11 @@ A host is silent from its last beat (or, with no row left, from when a peer firs
 PI_REHOME_AFTER_MS of silence, a live worker holding the fleet lease `rehome:lease` runs BullMQ's own
 stalled-job recovery on `pi-jobs@<host>` (active jobs whose lock expired go back to waiting), then moves every
 waiting, delayed and prioritized job to the queue the router picks now: another capable live host's, or the
-shared queue where routing abstains. Each move is one Lua script (`lua/rehome.lua`), so a job is on exactly
-one queue whoever dies when; it keeps its id, data, attempts and what is left of its delay. A host back within
-the threshold keeps its queue; one back later finds it empty and works as usual.
+shared queue where routing abstains. A local job (cron: a scheduler's next run) stays: it works in a folder on
+that host, and its scheduler lives on that queue, so it waits for its host. Each move is one Lua script
+(`lua/rehome.lua`), so a job is on exactly one queue whoever dies when; it keeps its id, data, attempts and
+what is left of its delay. A host back within the threshold keeps its queue; one back later finds it empty
+(but for its cron) and works as usual.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pi_dispatch.capabilities import RouteTable, job_needs
 from pi_dispatch.clock import DAY_MS, wall_ms
 from pi_dispatch.events import EventLog, discard
 from pi_dispatch.fleet import HostQueue, QueueCounts, silent_since
+from pi_dispatch.jobs import LOCAL_KIND
 from pi_dispatch.keys import (
     HOST_QUEUE_META_PATTERN,
     REHOME_LEASE,
@@ -194,6 +197,8 @@ class Rehomer:
             data = json.loads(data_text) if data_text is not None else None
         except ValueError:
             data = None  # unreadable data needs nothing host-specific, as far as anyone can tell
+        if isinstance(data, dict) and data.get("kind") == LOCAL_KIND:
+            return 0  # bound to its host's folder and scheduler: it waits for that host
         host = table.route(job_needs(data), job_id)
         target = host_queue_name(host) if host is not None else SHARED_QUEUE
         if target == source:

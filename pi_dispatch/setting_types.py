@@ -295,6 +295,7 @@ _PASSWORD = TextForm(pattern=NO_CONTROL, what="one line", blank_is_default=True,
 _HOST_DIR = TextForm(pattern=ABSOLUTE_PATH, what="an absolute path", blank_is_default=True)
 _IMAGE = TextForm(pattern=IMAGE_REFERENCE_RE.pattern, what="an image reference")
 _ZONE = TextForm(pattern=ZONE, what="a zone name", blank_is_default=True)
+_FILE = TextForm(pattern=ABSOLUTE_PATH, what="an absolute path", blank_is_default=True, nullable=True)
 _IMAGES = ListForm(item=IMAGE_REFERENCE_RE.pattern, what="image references")
 _USER = TextForm(
     pattern=r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?",
@@ -316,6 +317,7 @@ WaitProfiles = Annotated[dict[str, str], NoDecode, BeforeValidator(_profiles), P
 ValkeyUrl = Annotated[str, matching(_URL), _URL]
 Password = Annotated[SecretStr | None, matching(_PASSWORD), _PASSWORD]
 HostDir = Annotated[Path, matching(_HOST_DIR), _HOST_DIR]
+HostFile = Annotated[Path | None, matching(_FILE), _FILE]
 ImageReference = Annotated[str, matching(_IMAGE), _IMAGE]
 Zone = Annotated[str | None, matching(_ZONE), _ZONE]
 JobNetwork = Annotated[str | None, matching(_NETWORK), _NETWORK]

@@ -20,7 +20,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import PydanticBaseSettingsSource
 
 from pi_dispatch.clock import DAY_MS
-from pi_dispatch.declared import DeclaredSettings, check_env, load_declared, setting
+from pi_dispatch.declared import ENV_ONLY, DeclaredSettings, check_env, load_declared, setting
 from pi_dispatch.errors import Problem
 from pi_dispatch.setting_types import (
     X_HOST_VAR,
@@ -28,6 +28,7 @@ from pi_dispatch.setting_types import (
     Cpus,
     Flag,
     HostDir,
+    HostFile,
     ImageList,
     ImageReference,
     JobNetwork,
@@ -256,6 +257,15 @@ class WorkerSettings(DeclaredSettings):
         "The host's IANA zone. Cron patterns resolve in it: set the same TZ on every host.",
         "an IANA zone name such as UTC or Europe/Amsterdam",
     )
+    triggers_file: HostFile = setting(
+        "PI_TRIGGERS_FILE",
+        None,
+        "The triggers file whose cron entries this host schedules (watched, reconciled on change), and where a "
+        'one-shot rule is disarmed after its run. Unset: cron is disabled (fpCron ""); disarms go to '
+        "./triggers.json. The role renders it from pi_dispatch_worker_triggers_source.",
+        "an absolute path such as /etc/pi-dispatch/triggers.json, or empty for no cron",
+        host_var=ENV_ONLY,
+    )
 
     _declared_name: bool = PrivateAttr(False)
 
@@ -305,9 +315,12 @@ def load_settings(
     return settings
 
 
-def host_variable(field_name: str, info: FieldInfo) -> str:
-    """The inventory variable that declares a setting: `pi_dispatch_worker_<field>` unless it names its own."""
+def host_variable(field_name: str, info: FieldInfo) -> str | None:
+    """The inventory variable that declares a setting: `pi_dispatch_worker_<field>` unless it names its own;
+    None for a setting the role renders itself."""
     declared = info.json_schema_extra.get(X_HOST_VAR) if isinstance(info.json_schema_extra, dict) else None
+    if declared == ENV_ONLY:
+        return None
     return HOST_VAR_PREFIX + str(declared or field_name)
 
 

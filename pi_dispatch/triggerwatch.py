@@ -1,6 +1,7 @@
 """Live reload of the triggers file: the directory is watched, so an atomic replace (write, then rename over the
 file) is seen as well as an edit in place. Changes are debounced, then the file is parsed again; a file that no
-longer loads keeps the rules already served. Uses watchdog (inotify on Linux).
+longer loads keeps what was loaded before. Uses watchdog (inotify on Linux). The receiver swaps its rules in;
+the worker reconciles its cron schedulers.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from typing import Any, Final
 
 from pi_dispatch.errors import ConfigError
 from pi_dispatch.events import EventLog
-from pi_dispatch.rules import Rules
-from pi_dispatch.triggers import read_triggers
+from pi_dispatch.triggers import Trigger, read_triggers
 
 DEBOUNCE_S: Final = 0.2
 # watchdog's event types that mean the file changed: written and closed, created, replaced by a rename, removed
@@ -22,9 +22,9 @@ CHANGES: Final = frozenset({"created", "modified", "moved", "deleted", "closed"}
 
 
 class TriggerWatch:
-    """Calls `swap(rules)` with the rules of each new valid version of the file."""
+    """Calls `swap(triggers)` with the triggers of each new valid version of the file."""
 
-    def __init__(self, path: Path, label: str, swap: Callable[[Rules], None], log: EventLog) -> None:
+    def __init__(self, path: Path, label: str, swap: Callable[[list[Trigger]], None], log: EventLog) -> None:
         self.path, self.label, self.swap, self.log = path, label, swap, log
         self._observer: Any = None
         self._pending: asyncio.TimerHandle | None = None
@@ -32,7 +32,7 @@ class TriggerWatch:
         self.reloads = 0
 
     def reload(self) -> bool:
-        """Read the file again and swap its rules in; on any refusal keep the rules being served."""
+        """Read the file again and hand its triggers over; on any refusal keep what was loaded before."""
         self._pending = None
         try:
             _, triggers = read_triggers(self.path, self.label)
@@ -40,7 +40,7 @@ class TriggerWatch:
             reason = "; ".join(f"{problem.subject}: {problem.message}" for problem in error.problems[:3])
             self.log("triggers_reload_invalid", {"reason": reason, "kept": True})
             return False
-        self.swap(Rules.from_triggers(triggers))
+        self.swap(triggers)
         self.reloads += 1
         self.log("triggers_reloaded", {"path": self.path.name, "triggers": len(triggers)})
         return True

@@ -1,8 +1,9 @@
 """The worker's lifecycle: drains `pi-jobs` and its own `pi-jobs@<name>`, one container per job, until told to stop.
 
-It beats its registry row, re-homes the queues of named hosts that stay silent (`rehome.py`), and watches its
-own health. SIGTERM drains: nothing new is taken, running containers get PI_DRAIN_GRACE_MS, then they are
-stopped and their jobs put back for another host; the exit is 0. A queue consumer that ends, a store that
+It beats its registry row, re-homes the queues of named hosts that stay silent (`rehome.py`), keeps its cron
+schedulers equal to its triggers file (`cron.py`), and watches its own health. SIGTERM drains: nothing new is
+taken, running containers get PI_DRAIN_GRACE_MS, then they are stopped and their jobs put back for another
+host; the exit is 0. A queue consumer that ends, a store that
 stays unreachable past its budget, or a Docker daemon gone while no job runs, end the worker with exit 1 and a
 one-line reason, so systemd starts it again; exit 2 is only ever a configuration error. What one attempt does
 is `attempts.py`.
@@ -23,6 +24,7 @@ from pi_dispatch.attempts import Attempts, attempts_made
 from pi_dispatch.capabilities import is_live
 from pi_dispatch.clock import host_zone, wall_ms
 from pi_dispatch.containers import STOP_GRACE_S, ContainerRuntime
+from pi_dispatch.cron import CronSchedules, load_cron
 from pi_dispatch.errors import ExitStatus
 from pi_dispatch.events import EventLog, discard
 from pi_dispatch.fleet import FleetHost, heartbeat_row
@@ -33,11 +35,14 @@ from pi_dispatch.keys import SHARED_QUEUE, host_queue_name
 from pi_dispatch.liveness import CONSUMER_STUCK_S, IDLE_POLL_S, progress_facts, stuck_consumer
 from pi_dispatch.metrics import WorkerMetrics
 from pi_dispatch.mirror import RunMirror
+from pi_dispatch.oneshot import OneShots
 from pi_dispatch.reasons import Reason
 from pi_dispatch.registry import HostRegistry, LiveHosts, read_live_hosts
 from pi_dispatch.rehome import MAX_STALLS, Rehomer, queue_counts
 from pi_dispatch.sdnotify import notify, watchdog_interval_s
 from pi_dispatch.settings import WorkerSettings, password_text
+from pi_dispatch.triggers import Trigger
+from pi_dispatch.triggerwatch import TriggerWatch
 from pi_dispatch.valkey import bounded, connect, describe, fleet_id, with_password
 from pi_dispatch.waitgate import WaitGate
 
@@ -47,6 +52,7 @@ HEALTH_INTERVAL_S: Final = 5.0
 # up and exits 1 for systemd to start it again; by then every job it held has been fenced and put back.
 FAULT_BUDGET_LOCKS: Final = 2
 FAULT_BUDGET_FLOOR_S: Final = 10.0
+TRIGGERS_LABEL: Final = "PI_TRIGGERS_FILE"  # how logs and errors name the file: a name, never its path
 
 
 @dataclass
@@ -76,14 +82,8 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> int:
         settings = self.settings
-        reaped = await self.runtime.reap()
-        await asyncio.to_thread(clear_job_dirs, settings.jobs_dir, self.name)
-        digest = await self.runtime.image_id(settings.job_image)
-        if digest is None:
-            self.log("job_image_missing", {"image": settings.job_image})
-        with contextlib.suppress(OSError):
-            settings.logs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        await asyncio.to_thread(reap_logs, settings.logs_dir, settings.log_retention_days, log=self.log)
+        boot_text, triggers = await self._read_triggers()
+        reaped, digest = await self._prepare_host()
         password = password_text(settings)
         self.client = connect(settings.valkey_url, password)
         try:
@@ -97,13 +97,26 @@ class Worker:
         wait_gate = WaitGate(settings, self.client, self.now, self.jitter, self.log)
         self.attempts = Attempts(settings, self.runtime, self.client, self.recorder, wait_gate, self.now, self.log)
         self.attempts.metrics = self.metrics
+        self.attempts.one_shots = OneShots(settings.triggers_file, self.log)
         self._serve_metrics()
-        self.registry = HostRegistry(self.client, self.name, log=self.log, progress=self._progress)
+        self.registry = HostRegistry(self.client, self.name, log=self.log, progress=self._live_facts)
         if self.beat_ms is not None:
             self.registry.beat_ms = self.beat_ms
-        await self.registry.start(self._row(digest or ""))
         connection = with_password(settings.valkey_url, password)
+        self.cron = CronSchedules(
+            self.client,
+            connection,
+            self.queues[-1],  # its own queue when named, else the shared one
+            host_zone(settings.tz),
+            self.name,
+            not settings.worker_name_declared,
+            self.registry.publish,
+            triggers,
+            self.log,
+        )
+        await self.registry.start(self._row(digest or ""))
         await self._start_consumers(connection)
+        watch = await self._start_cron(boot_text)
         runs = [asyncio.ensure_future(bull.run()) for bull in self.bullmq_workers]
         rehomer = Rehomer(
             self.client, connection, settings.rehome_after_ms, settings.lock_duration_ms, self.log, self.now
@@ -127,6 +140,9 @@ class Worker:
         notify("STOPPING=1")
         for task in (stopping, health, *background):
             task.cancel()
+        if watch is not None:
+            watch.stop()
+        await self.cron.close()
         await self._drain()
         for task in runs:
             task.cancel()
@@ -139,6 +155,37 @@ class Worker:
         # routers keep leaving this host out meanwhile.
         await self.registry.close(keep_row=self.stuck)
         return await self._end(fault)
+
+    async def _read_triggers(self) -> tuple[bytes, list[Trigger] | None]:
+        """The triggers file's bytes and triggers (None: cron disabled). A file that does not load is a config
+        error: the worker exits 2 before it touches anything."""
+        if self.settings.triggers_file is None:
+            return b"", None
+        return await asyncio.to_thread(load_cron, self.settings.triggers_file, TRIGGERS_LABEL)
+
+    async def _prepare_host(self) -> tuple[int, str | None]:
+        """Before anything is taken: a dead worker's containers and job folders removed, the job image's id
+        read, old logs reaped. Returns how many containers went and the image's id."""
+        settings = self.settings
+        reaped = await self.runtime.reap()
+        await asyncio.to_thread(clear_job_dirs, settings.jobs_dir, self.name)
+        digest = await self.runtime.image_id(settings.job_image)
+        if digest is None:
+            self.log("job_image_missing", {"image": settings.job_image})
+        with contextlib.suppress(OSError):
+            settings.logs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        await asyncio.to_thread(reap_logs, settings.logs_dir, settings.log_retention_days, log=self.log)
+        return reaped, digest
+
+    async def _start_cron(self, boot_text: bytes) -> TriggerWatch | None:
+        """Reconcile the schedulers (refused or failed: tried again each beat), then watch the file."""
+        await self.cron.reconcile()
+        path = self.settings.triggers_file
+        if path is None:
+            return None
+        watch = TriggerWatch(path, TRIGGERS_LABEL, self.cron.changed, self.log)
+        watch.start(boot_text)
+        return watch
 
     async def _end(self, fault: str | None) -> int:
         self.metrics.close()
@@ -222,6 +269,7 @@ class Worker:
             if self.recorder.unwritten and self.recorder.retry():
                 self.log("run_records_unwritten", {"count": len(self.recorder.unwritten)})
             await self._measure()
+            await self.cron.retry()
             live = await read_live_hosts(self.client)
             if isinstance(live, LiveHosts):
                 alive = {str(host["name"]) for host in live.hosts if is_live(host)}
@@ -282,10 +330,11 @@ class Worker:
             settings = self.settings
             await asyncio.to_thread(reap_logs, settings.logs_dir, settings.log_retention_days, log=self.log)
 
-    def _progress(self) -> dict[str, str]:
-        """The row's progress facts (`liveness.py`), read for every beat."""
+    def _live_facts(self) -> dict[str, str]:
+        """The row's facts read for every beat: progress (`liveness.py`) and cron (`fpCron`, `cronCount`)."""
         concurrency = self.settings.concurrency
-        return progress_facts(self.bullmq_workers, self.attempts.running_since, concurrency, self.stuck)
+        progress = progress_facts(self.bullmq_workers, self.attempts.running_since, concurrency, self.stuck)
+        return progress | dict(self.cron.row_facts())
 
     def _row(self, image_digest: str) -> dict[str, object]:
         settings = self.settings

@@ -48,6 +48,8 @@ def test_the_demo_runs_the_example_fleet_and_leaves_nothing_behind(job_image: st
 
     assert "s:prod,w:ci,w:nightly" in row("mini1") and "false" in row("mini3")
     assert "pi-jobs@mini1" in row("#1 deploy")  # routed to the one named host with prod
+    cron = next(line for line in lines if "nightly-deps" in line)  # mini1's file, as its worker reconciled it
+    assert "mini1" in cron and "0 3 * * * (UTC)" in cron and "pi-jobs@mini1" in cron
     assert "pi-jobs " in row("#2 review")  # everyone has ci: the shared queue
     deploy = row("gh-demo-1")
     assert "mini1" in deploy and "completed" in deploy

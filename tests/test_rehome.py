@@ -141,6 +141,24 @@ async def test_a_silent_hosts_jobs_move_whole_to_where_the_router_sends_them(
     assert (waiting, 1) in seen
 
 
+async def test_a_silent_hosts_cron_job_waits_for_it(
+    client: aioredis.Redis, valkey_url: str, queues: dict[str, Queue], fleet: None
+) -> None:
+    local = {
+        "kind": "local",
+        "folder": "/srv/app",
+        "flow": "deps",
+        "task": "t",
+        "trigger": {"id": "n", "pattern": "0 3 * * *"},
+    }
+    scheduled = await queues[DEAD].add("local", local, {"jobId": "repeat:n:1796094000000", "delay": 600_000})
+    forge = await add(queues[DEAD], 6)
+    await silent_for(client, "dead", AFTER_MS + 1_000)
+    assert await sweep(client, valkey_url) == 1
+    assert await where(client, str(scheduled.id)) == [(DEAD, "delayed")]  # its folder and scheduler are there
+    assert await where(client, forge) == [("pi-jobs", "wait")]
+
+
 async def test_a_host_silent_for_less_than_the_threshold_keeps_its_queue(
     client: aioredis.Redis, valkey_url: str, queues: dict[str, Queue], fleet: None
 ) -> None:
@@ -262,7 +280,7 @@ async def test_hosts_and_the_live_audit_say_which_queue_waits_to_move_and_when(
     await client.set(rehome_since_key("dead"), str(silent_ms))
     listed = await asyncio.to_thread(run_cli, "hosts", "--valkey-url", valkey_url, "--json", "--queues")
     dead = next(queue for queue in json.loads(listed.stdout) if queue["queue"] == DEAD)
-    assert dead["counts"] == {"waiting": 1, "delayed": 1, "prioritized": 0, "active": 0}
+    assert dead["counts"] == {"waiting": 1, "delayed": 1, "prioritized": 0, "active": 0, "failed": 0}
     assert dead["silent_since_ms"] == silent_ms and dead["rehomeAt"] == silent_ms + dead["rehomeAfterMs"]
     table = await asyncio.to_thread(run_cli, "hosts", "--valkey-url", valkey_url)
     assert "pi-jobs@dead" in table.stdout and "1 waiting, 1 delayed" in table.stdout and "silent since" in table.stdout

@@ -27,6 +27,16 @@ def pi_dispatch_env_file(host_vars: dict[str, Any], host: str) -> str:
         raise AnsibleFilterError(f"{host}: the inventory declares an invalid worker\n{error}") from error
 
 
+def pi_dispatch_worker_triggers_path(env_file: str) -> str:
+    """Where this host's triggers file goes: beside its env file, as the env file's PI_TRIGGERS_FILE says."""
+    from pi_dispatch.hostvars import triggers_beside
+
+    return triggers_beside(env_file)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"pi_dispatch_env_file": pi_dispatch_env_file}
+        return {
+            "pi_dispatch_env_file": pi_dispatch_env_file,
+            "pi_dispatch_worker_triggers_path": pi_dispatch_worker_triggers_path,
+        }
