@@ -76,8 +76,10 @@ def worker(
 
 from pi_dispatch.cli_fleet import audit, top  # noqa: E402 - commands kept in modules of their own
 from pi_dispatch.cli_receiver import init, receiver_app  # noqa: E402
+from pi_dispatch.cli_rollout import rollout_app  # noqa: E402
 
 app.add_typer(receiver_app, name="receiver")
+app.add_typer(rollout_app, name="rollout")
 app.command("init")(init)
 app.command("audit")(audit)
 app.command("top")(top)

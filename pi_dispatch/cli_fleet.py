@@ -49,6 +49,10 @@ def audit(
             "-e", "--extra-vars", help="Variables as a JSON object that win over the inventory's, as the play's do."
         ),
     ] = None,
+    accept: Annotated[
+        list[str] | None,
+        typer.Option("--accept", help="A finding code accepted on purpose: still shown, not counted (repeatable)."),
+    ] = None,
 ) -> None:
     """Every trigger whose jobs would be refused or misplaced, and the drift between inventory and fleet."""
     from pi_dispatch.audit import audit as run_audit
@@ -62,7 +66,7 @@ def audit(
 
     with progress(console, quiet=as_json) as shown:
         step = shown.add_task("Loading the inventory", total=1)
-        hosts = load_inventory(inventory, _extra(extra_vars))
+        hosts = load_inventory(inventory, extra_variables(extra_vars))
         shown.update(step, completed=1)
         unknown = sorted(set(simulate_down or []) - {host.name for host in hosts})
         if unknown:
@@ -109,6 +113,7 @@ def audit(
             now_ms=wall_ms(),
             host_triggers=host_triggers,
         )
+    report.accepted = frozenset(accepted_codes(accept or []))
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
     else:
@@ -116,7 +121,19 @@ def audit(
     raise typer.Exit(ExitStatus.FAILURE if report.at_or_above(fail_on.value) else ExitStatus.OK)
 
 
-def _extra(text: str | None) -> dict[str, object]:
+def accepted_codes(codes: list[str]) -> list[str]:
+    """--accept's codes, each one the audit knows, or a config error naming the unknown ones."""
+    from pi_dispatch.findings import CODES
+
+    unknown = sorted(set(codes) - set(CODES))
+    if unknown:
+        raise ConfigError(
+            [Problem("--accept", f"{', '.join(unknown)} is not a finding code", "command line", "see the guide's §11")]
+        )
+    return codes
+
+
+def extra_variables(text: str | None) -> dict[str, object]:
     """The -e variables: a JSON object, or a config error naming the option."""
     try:
         extra = json.loads(text) if text else {}

@@ -116,6 +116,7 @@ def live_findings(
     for key, code, fix in (
         ("tz", "tz-mismatch", "set the same TZ on every host"),
         ("imageDigest", "digest-mismatch", "rebuild or re-pull so every host runs the same image"),
+        ("version", "version-mixed", "finish the rollout (or roll back with the previous pin) so every host runs one"),
     ):
         values: dict[str, list[str]] = defaultdict(list)
         for name, row in live.items():

@@ -45,6 +45,7 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
     "routes-drift": ("warning", "a host's routes flag disagrees with whether the inventory names it"),
     "peer-undeclared": ("warning", "a live host has peers but no declared name, so host routing is off there"),
     "digest-mismatch": ("warning", "hosts run different job image digests"),
+    "version-mixed": ("warning", "live hosts run different pi-dispatch versions: a rollout is half done"),
     "row-invalid": (
         "warning",
         "a registry row breaks the contract (a bad name, a beat from the future); nobody routes to it",
@@ -85,13 +86,18 @@ class Report:
     simulated_down: list[str]
     hosts: int
     triggers: int
+    accepted: frozenset[str] = frozenset()  # codes the operator accepts on purpose: shown, never counted
 
     def count(self, severity: Severity) -> int:
         return sum(finding.severity == severity for finding in self.findings)
 
     def at_or_above(self, level: Severity) -> bool:
+        """Whether a finding the operator has not accepted is at level or worse (the exit status)."""
         rank = SEVERITIES.index(level)
-        return any(SEVERITIES.index(finding.severity) <= rank for finding in self.findings)
+        return any(
+            SEVERITIES.index(finding.severity) <= rank and finding.code not in self.accepted
+            for finding in self.findings
+        )
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -102,4 +108,5 @@ class Report:
             "triggers": self.triggers,
             "summary": {severity: self.count(severity) for severity in SEVERITIES},
             "findings": [finding.as_json() for finding in self.findings],
+            "accepted": sorted(self.accepted),
         }

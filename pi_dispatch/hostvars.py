@@ -16,7 +16,7 @@ from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from pi_dispatch.envfile import render_env
+from pi_dispatch.envfile import parse_env_text, render_env
 from pi_dispatch.errors import ConfigError, Problem
 from pi_dispatch.names import PROFILE_NAME_RE
 from pi_dispatch.patterns import schema_pattern
@@ -37,6 +37,7 @@ from pi_dispatch.setting_types import (
     refused,
 )
 from pi_dispatch.settings import HOST_VAR_PREFIX, WorkerSettings, check_worker_env, fields_by_variable, host_variable
+from pi_dispatch.valkey import redacted
 
 PREFIX: Final = HOST_VAR_PREFIX
 WORKERS_GROUP: Final = "pi_dispatch_workers"
@@ -171,12 +172,14 @@ class RoleVars(BaseModel):
 
     package: Text = role_var(
         "package",
-        "a pip requirement to install instead of a wheel built from this repository; empty builds the wheel.",
-        "a requirement such as pi-dispatch==0.1.0, or empty",
+        "what to install: a pip requirement, or a wheel file on the controller; empty installs the wheel "
+        "ansible/site.yml builds from its checkout. Pin it to upgrade or roll back.",
+        "a requirement such as pi-dispatch==0.1.0, a path ending in .whl, or empty",
     )
-    source: Text = role_var(
-        "source", "the repository the wheel is built from, on the controller.", "a path on the controller"
+    service_state: Text = role_var(
+        "service_state", "the worker unit's state (started by default).", "started, stopped or restarted"
     )
+    service_enabled: Switch = role_var("service_enabled", "whether the worker starts at boot.", "true or false")
     user: UserName = role_var("user", "the system user the worker runs as.", "a user name such as pi-dispatch")
     home: AbsolutePath = role_var(
         "home", "the worker user's home, writable by the worker.", "an absolute path such as /var/lib/pi-dispatch"
@@ -308,6 +311,25 @@ def env_values(host_vars: Mapping[str, Any]) -> dict[str, str]:
             continue
         values[variable] = form_of(info).env_text(value)
     return values
+
+
+def env_changes(deployed: str, rendered: str) -> list[str]:
+    """What a rollout changes in a host's env file, as `-NAME=old` and `+NAME=new` lines in the file's order,
+    with every secret (and a password inside VALKEY_URL) masked: what `--check --diff` may show."""
+    secret = {variable for variable, (_, info) in fields_by_variable().items() if form_of(info).secret}
+
+    def shown(name: str, value: str) -> str:
+        return f"{name}={'********' if name in secret else redacted(value) if name == 'VALKEY_URL' else value}"
+
+    old = parse_env_text(deployed, "deployed").values
+    new = parse_env_text(rendered, "rendered").values
+    changes = []
+    for name in [*new, *(name for name in old if name not in new)]:
+        if old.get(name) == new.get(name):
+            continue
+        changes += [f"-{shown(name, old[name])}"] if name in old else []
+        changes += [f"+{shown(name, new[name])}"] if name in new else []
+    return changes
 
 
 def check_host_vars(host_vars: Mapping[str, Any], source: str = "") -> list[Problem]:

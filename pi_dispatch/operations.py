@@ -114,11 +114,14 @@ def print_report(console: Console, report: Report) -> None:
         for column, ratio in (("subject", 3), ("finding", 5), ("fix", 4)):
             table.add_column(column, ratio=ratio, overflow="fold")
         for finding in rows:
+            code = finding.code + (" (accepted)" if finding.code in report.accepted else "")
             table.add_row(
-                *(visible(text, 2_000) for text in (finding.code, finding.subject, finding.message)),
+                *(visible(text, 2_000) for text in (code, finding.subject, finding.message)),
                 visible(finding.fix or "-", 2_000),
             )
         console.print(table)
+    if report.accepted:
+        console.print(visible(f"accepted on purpose, not counted: {', '.join(sorted(report.accepted))}", 2_000))
     summary = ", ".join(f"{report.count(severity)} {severity}" for severity in SEVERITIES)
     down = f"; simulated down: {', '.join(report.simulated_down)}" if report.simulated_down else ""
     console.print(

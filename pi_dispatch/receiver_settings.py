@@ -184,7 +184,8 @@ class ReceiverSettings(DeclaredSettings):
 
 RECEIVER_PREFIX: Final = "pi_dispatch_receiver_"
 ROLE_VARS: Final = frozenset(
-    {"package", "source", "user", "home", "venv", "env_file", "triggers_source", "triggers_dir", "github_pat"}
+    {"package", "user", "home", "venv", "env_file", "triggers_source", "triggers_dir", "github_pat"}
+    | {"service_state", "service_enabled"}
 )
 
 

@@ -143,6 +143,7 @@ def row(name: str, caps: str = "", routes: str = "true", stale: int = 0, **extra
             [row("mini1", "s:prod,w:ci", imageDigest="sha256:a"), row("mini2", "s:prod,w:ci", imageDigest="sha256:b")],
             "digest-mismatch",
         ),
+        ([row("mini1", "s:prod,w:ci", version="0.2.0"), row("mini2", "s:prod,w:ci", version="0.1.0")], "version-mixed"),
     ],
 )
 def test_live_codes(rows: list[dict[str, object]], expected: str) -> None:
@@ -253,6 +254,22 @@ def test_exit_codes(tmp_path: Path) -> None:
         result = run_cli("audit", *args)
         assert result.returncode == 2, args
         assert "Traceback" not in result.stderr
+
+
+def test_accepted_codes_are_shown_and_not_counted() -> None:
+    triggers = str(DATA / "audit" / "triggers.json")
+    found = json.loads(run_cli("audit", "-i", str(INVENTORY), "--triggers", triggers, "--json").stdout)
+    errors = sorted({f["code"] for f in found["findings"] if f["severity"] == "error"})
+    accept = [f"--accept={code}" for code in errors]
+    result = run_cli("audit", "-i", str(INVENTORY), "--triggers", triggers, *accept)
+    assert result.returncode == 0, result.stdout
+    assert f"accepted on purpose, not counted: {', '.join(errors)}" in " ".join(result.stdout.split())
+    assert f"{errors[0]} (accepted)" in result.stdout  # still shown, marked
+    as_json = json.loads(run_cli("audit", "-i", str(INVENTORY), "--triggers", triggers, "--json", *accept).stdout)
+    assert as_json["accepted"] == errors and as_json["summary"] == found["summary"]
+    assert run_cli("audit", "-i", str(INVENTORY), "--triggers", triggers, *accept[1:]).returncode == 1
+    unknown = run_cli("audit", "-i", str(INVENTORY), "--triggers", triggers, "--accept", "no-such-code")
+    assert unknown.returncode == 2 and "no-such-code is not a finding code" in unknown.stderr
 
 
 def test_bad_triggers_file_names_each_problem(tmp_path: Path) -> None:

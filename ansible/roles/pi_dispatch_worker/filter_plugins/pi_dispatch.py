@@ -1,8 +1,8 @@
 """The env file a host's worker gets, rendered by pi-dispatch itself on the controller.
 
 The role and `pi-dispatch config render` share one renderer, so the deployed file is byte-identical to
-what the CLI prints for the same host. The controller runs ansible-playbook from a Python that has
-pi-dispatch installed (the project's venv).
+what the CLI prints for the same host. The renderer is imported from the pi-dispatch installed on the
+controller (its `controller` extra), the Python ansible-playbook runs from; never from a checkout's path.
 """
 
 from __future__ import annotations
@@ -27,6 +27,13 @@ def pi_dispatch_env_file(host_vars: dict[str, Any], host: str) -> str:
         raise AnsibleFilterError(f"{host}: the inventory declares an invalid worker\n{error}") from error
 
 
+def pi_dispatch_env_changes(deployed: str, rendered: str) -> list[str]:
+    """The env lines a rollout changes, secrets masked: what --check --diff shows instead of the file's diff."""
+    from pi_dispatch.hostvars import env_changes
+
+    return env_changes(deployed, rendered)
+
+
 def pi_dispatch_worker_triggers_path(env_file: str) -> str:
     """Where this host's triggers file goes: beside its env file, as the env file's PI_TRIGGERS_FILE says."""
     from pi_dispatch.hostvars import triggers_beside
@@ -38,5 +45,6 @@ class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "pi_dispatch_env_file": pi_dispatch_env_file,
+            "pi_dispatch_env_changes": pi_dispatch_env_changes,
             "pi_dispatch_worker_triggers_path": pi_dispatch_worker_triggers_path,
         }
