@@ -12,17 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pi_dispatch.audit.placement import audit
+from pi_dispatch.fleet.inventory import load_inventory
+from pi_dispatch.triggers.file import load_triggers
 
-from pi_dispatch.audit import audit
-from pi_dispatch.inventory import load_inventory
-from pi_dispatch.triggers import load_triggers
+REPO = Path(__file__).resolve().parent.parent
 
 SECRETS = [f"vault{i}" for i in range(12)]
 WAITS = [f"ci{i}" for i in range(6)]

@@ -40,21 +40,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import docker
 from bullmq import Queue
 
-from pi_dispatch.containers import LABEL_HOST, LABEL_JOB
-from pi_dispatch.embedded import EmbeddedValkey
-from pi_dispatch.enqueue import Enqueuer, ForgeRouter, registry_reader
-from pi_dispatch.history import read_records
-from pi_dispatch.jobimage import EXAMPLE_IMAGE, build_example_image
-from pi_dispatch.keys import host_row_key
-from pi_dispatch.valkey import connect
-from tests.helpers import PrivateDocker
-from tests.stalling import StallingRelay
-from tests.workers import RESOLVER, forge_job, write_script
+from pi_dispatch.core.keys import host_row_key
+from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE, build_example_image
+from pi_dispatch.demo.store import EmbeddedValkey
+from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
+from pi_dispatch.infra.valkey import connect
+from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
+from pi_dispatch.testing.services import PrivateDocker
+from pi_dispatch.testing.stalling import StallingRelay
+from pi_dispatch.worker.containers import LABEL_HOST, LABEL_JOB
+from pi_dispatch.worker.history import read_records
 
 GOAL_S = 180.0
 

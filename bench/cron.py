@@ -20,22 +20,19 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from bullmq import Queue, Worker
 
-from pi_dispatch.cron import CronSchedules
-from pi_dispatch.embedded import EmbeddedValkey, server_binary
-from pi_dispatch.events import Recorder
-from pi_dispatch.schedules import LOCAL_JOB_NAME, LOCAL_JOB_OPTIONS, schedules_of
-from pi_dispatch.triggers import Trigger, parse_triggers
-from pi_dispatch.valkey import connect
+from pi_dispatch.demo.store import EmbeddedValkey, server_binary
+from pi_dispatch.infra.events import Recorder
+from pi_dispatch.infra.valkey import connect
+from pi_dispatch.triggers.file import Trigger, parse_triggers
+from pi_dispatch.triggers.schedules import LOCAL_JOB_NAME, LOCAL_JOB_OPTIONS, schedules_of
+from pi_dispatch.worker.cron import CronSchedules
 
 QUEUE = "pi-jobs@bench"
 

@@ -3,7 +3,7 @@ hostile registry rows through the router and `hosts`, 1,000 hostile mirrored rec
 over-long job ids, a logs dir on a full tmpfs. Prints one line of figures per part (inputs tried, crashes, records
 lost, overwritten, refusals by reason); exits 1 unless every part shows 0 crashes, 0 lost and 0 overwritten.
 
-It runs the suite of tests/test_hostile.py (the CI runs the same at the same size) and prints what it printed.
+It runs the suite of tests/scenarios/test_hostile.py (the CI runs the same at the same size) and prints what it printed.
 Usage: python bench/hostile.py [--jobs N]
 """
 
@@ -24,7 +24,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=10_000)
     arguments = parser.parse_args()
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/test_hostile.py"],
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/scenarios/test_hostile.py"],
         cwd=REPO,
         env={**os.environ, "PI_HOSTILE_JOBS": str(arguments.jobs)},
         capture_output=True,

@@ -15,27 +15,24 @@ import argparse
 import asyncio
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import docker
 from bullmq import Queue
 
-from pi_dispatch.containers import ContainerRuntime
-from pi_dispatch.embedded import EmbeddedValkey, free_port
-from pi_dispatch.events import discard
-from pi_dispatch.jobimage import EXAMPLE_IMAGE, build_example_image
-from pi_dispatch.metrics import WorkerMetrics
-from pi_dispatch.settings import load_settings
-from pi_dispatch.settings_sources import HostFacts
-from pi_dispatch.worker import Worker
-from tests.workers import forge_job
+from pi_dispatch.config.sources import HostFacts
+from pi_dispatch.config.worker_settings import load_settings
+from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE, build_example_image
+from pi_dispatch.demo.store import EmbeddedValkey, free_port
+from pi_dispatch.infra.events import discard
+from pi_dispatch.testing.jobs import forge_job
+from pi_dispatch.worker.containers import ContainerRuntime
+from pi_dispatch.worker.lifecycle import Worker
+from pi_dispatch.worker.metrics import WorkerMetrics
 
 
 class Scraper(threading.Thread):

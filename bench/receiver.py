@@ -21,14 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pi_dispatch.core.jobs import forge_job_data
+from pi_dispatch.demo.store import free_port
+from pi_dispatch.fleet.enqueue import forge_job_options
+from pi_dispatch.receiver.auth import hub_signature
+from pi_dispatch.testing.services import RedisServer
 
-from pi_dispatch.embedded import free_port
-from pi_dispatch.enqueue import forge_job_options
-from pi_dispatch.jobs import forge_job_data
-from pi_dispatch.webhook_auth import hub_signature
-from tests.helpers import RedisServer
+REPO = Path(__file__).resolve().parent.parent
 
 SECRET = b"bench-webhook-secret"
 TRIGGERS = {"triggers": [{"on": {"type": "label", "any": ["pi:fix"]}, "run": {"kind": "github", "flow": "fix"}}]}
@@ -63,12 +62,12 @@ async def serve(port: int, url: str) -> None:
     """The child: the product's receiver on 127.0.0.1:port, its identity stood in (GitHub user 999)."""
     from aiohttp import web
 
-    from pi_dispatch.enqueue import Enqueuer, ForgeRouter, registry_reader
-    from pi_dispatch.events import discard
-    from pi_dispatch.receiver import Identities, Receiver, application
-    from pi_dispatch.rules import Rules
-    from pi_dispatch.triggers import parse_triggers
-    from pi_dispatch.valkey import connect
+    from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
+    from pi_dispatch.infra.events import discard
+    from pi_dispatch.infra.valkey import connect
+    from pi_dispatch.receiver.rules import Rules
+    from pi_dispatch.receiver.server import Identities, Receiver, application
+    from pi_dispatch.triggers.file import parse_triggers
 
     rules = Rules.from_triggers(parse_triggers(json.dumps(TRIGGERS), "bench"))
     enqueuer = Enqueuer(url, ForgeRouter(registry_reader(connect(url))))

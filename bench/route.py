@@ -19,11 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pi_dispatch.core.capabilities import RouteTable, route_forge_job
+from pi_dispatch.testing.seed import extract_seed_modules, node_binary
 
-from pi_dispatch.capabilities import RouteTable, route_forge_job
-from tests.seedjs import extract_seed_modules, node_binary
+REPO = Path(__file__).resolve().parent.parent
 
 HOSTS = 50
 JOBS = 20_000
@@ -79,9 +78,9 @@ def python_rate(hosts: list[dict[str, object]], jobs: list[tuple[list[str], str]
 async def mirror_round_trips() -> tuple[int, int]:
     import redis.asyncio.connection as connection_module
 
-    from pi_dispatch.embedded import EmbeddedValkey
-    from pi_dispatch.mirror import RunMirror, read_mirrored_runs
-    from pi_dispatch.valkey import connect
+    from pi_dispatch.demo.store import EmbeddedValkey
+    from pi_dispatch.fleet.mirror import RunMirror, read_mirrored_runs
+    from pi_dispatch.infra.valkey import connect
 
     sends = 0
     original = connection_module.AbstractConnection.send_packed_command

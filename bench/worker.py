@@ -16,28 +16,25 @@ import asyncio
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import docker
 from bullmq import Queue
 
-from pi_dispatch.containers import ContainerRuntime
-from pi_dispatch.embedded import EmbeddedValkey
-from pi_dispatch.enqueue import Enqueuer, ForgeRouter, forge_job_options, registry_reader
-from pi_dispatch.events import discard
-from pi_dispatch.jobimage import build_example_image
-from pi_dispatch.jscompat import js_json
-from pi_dispatch.registry import HostRegistry
-from pi_dispatch.settings import load_settings
-from pi_dispatch.settings_sources import HostFacts
-from pi_dispatch.valkey import connect
-from pi_dispatch.worker import Worker
-from tests.workers import forge_job
+from pi_dispatch.config.sources import HostFacts
+from pi_dispatch.config.worker_settings import load_settings
+from pi_dispatch.core.jscompat import js_json
+from pi_dispatch.demo.jobimage import build_example_image
+from pi_dispatch.demo.store import EmbeddedValkey
+from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, forge_job_options, registry_reader
+from pi_dispatch.fleet.registry import HostRegistry
+from pi_dispatch.infra.events import discard
+from pi_dispatch.infra.valkey import connect
+from pi_dispatch.testing.jobs import forge_job
+from pi_dispatch.worker.containers import ContainerRuntime
+from pi_dispatch.worker.lifecycle import Worker
 
 
 def bare_docker_runs(image: str, count: int, folder: Path) -> list[float]:

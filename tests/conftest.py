@@ -11,8 +11,8 @@ import pytest
 import redis.asyncio as aioredis
 from hypothesis import settings
 
-from pi_dispatch.valkey import connect
-from tests.helpers import RedisServer
+from pi_dispatch.infra.valkey import connect
+from pi_dispatch.testing.services import RedisServer
 
 # Speed is measured by bench/, never asserted by a test: no per-example deadline on a slow machine.
 settings.register_profile("pi-dispatch", deadline=None, print_blob=True)
@@ -63,7 +63,7 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
 @pytest.fixture
 async def forge() -> AsyncIterator[Any]:
     """A local stand-in for the forges' HTTP APIs on a port of its own (tests/fakeforge.py)."""
-    from tests.fakeforge import FakeForge
+    from tests.support.fakeforge import FakeForge
 
     stand_in = await FakeForge().start()
     try:
@@ -75,7 +75,7 @@ async def forge() -> AsyncIterator[Any]:
 @pytest.fixture
 async def forge_client() -> AsyncIterator[Any]:
     """The receiver's own client for forge APIs, with a short timeout."""
-    from pi_dispatch.forge_http import ForgeClient
+    from pi_dispatch.receiver.forges.http import ForgeClient
 
     made = ForgeClient(timeout_s=2)
     try:
@@ -103,7 +103,7 @@ def docker_client() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def job_image(docker_client: Any) -> str:
     """The example job image, built locally once per session."""
-    from pi_dispatch.jobimage import EXAMPLE_IMAGE, build_example_image
+    from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE, build_example_image
 
     build_example_image(docker_client)
     return EXAMPLE_IMAGE

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from bullmq import Queue
 
-from pi_dispatch.capabilities import is_live, is_stuck
-from pi_dispatch.liveness import POLL_SILENCE_S
-from pi_dispatch.registry import LiveHosts, read_live_hosts
-from pi_dispatch.valkey import connect, with_password
+from pi_dispatch.core.capabilities import is_live, is_stuck
+from pi_dispatch.fleet.liveness import POLL_SILENCE_S
+from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
+from pi_dispatch.infra.valkey import connect, with_password
 
 PASSWORD = os.environ.get("VALKEY_PASSWORD") or None
 

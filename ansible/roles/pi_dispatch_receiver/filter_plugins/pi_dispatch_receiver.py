@@ -12,8 +12,8 @@ from ansible.errors import AnsibleFilterError
 
 def pi_dispatch_receiver_env_file(host_vars: dict[str, Any], host: str, triggers_file: str) -> str:
     try:
-        from pi_dispatch.errors import ConfigError
-        from pi_dispatch.receiver_settings import render_receiver_env
+        from pi_dispatch.config.receiver_settings import render_receiver_env
+        from pi_dispatch.core.errors import ConfigError
     except ImportError as error:
         raise AnsibleFilterError(
             "pi-dispatch is not importable on the controller: run ansible-playbook from its venv"

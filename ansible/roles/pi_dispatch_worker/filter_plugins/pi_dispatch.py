@@ -14,8 +14,8 @@ from ansible.errors import AnsibleFilterError
 
 def pi_dispatch_env_file(host_vars: dict[str, Any], host: str) -> str:
     try:
-        from pi_dispatch.errors import ConfigError
-        from pi_dispatch.hostvars import InventoryHost, render_host_env
+        from pi_dispatch.config.hostvars import InventoryHost, render_host_env
+        from pi_dispatch.core.errors import ConfigError
     except ImportError as error:
         raise AnsibleFilterError(
             "pi-dispatch is not importable on the controller: run ansible-playbook from its venv"
@@ -29,14 +29,14 @@ def pi_dispatch_env_file(host_vars: dict[str, Any], host: str) -> str:
 
 def pi_dispatch_env_changes(deployed: str, rendered: str) -> list[str]:
     """The env lines a rollout changes, secrets masked: what --check --diff shows instead of the file's diff."""
-    from pi_dispatch.hostvars import env_changes
+    from pi_dispatch.config.hostvars import env_changes
 
     return env_changes(deployed, rendered)
 
 
 def pi_dispatch_worker_triggers_path(env_file: str) -> str:
     """Where this host's triggers file goes: beside its env file, as the env file's PI_TRIGGERS_FILE says."""
-    from pi_dispatch.hostvars import triggers_beside
+    from pi_dispatch.config.hostvars import triggers_beside
 
     return triggers_beside(env_file)
 

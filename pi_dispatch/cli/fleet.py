@@ -1,0 +1,89 @@
+"""`pi-dispatch hosts`, `runs` and `top`: the fleet's registry, its run history and its live view."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors
+from pi_dispatch.core.errors import ExitStatus
+from pi_dispatch.fleet.registry import Unreachable
+
+
+def top(
+    url: ValkeyUrlOption = None,
+    once: Annotated[
+        bool, typer.Option("--once", help="Print one frame and exit (1 when Valkey is unreachable).")
+    ] = False,
+) -> None:
+    """The fleet live, about once a second: hosts, queues by state, the latest runs. q or Ctrl-C leaves; a pipe
+    gets one frame, as with --once."""
+    from pi_dispatch.cli.reads import valkey_url
+    from pi_dispatch.config.worker_settings import rehome_after_ms
+    from pi_dispatch.console.top import watch
+
+    password = os.environ.get("VALKEY_PASSWORD") or None
+    raise typer.Exit(
+        asyncio.run(
+            watch(console, valkey_url(url), password, rehome_after_ms(None), once=once or not console.is_terminal)
+        )
+    )
+
+
+def hosts(
+    url: ValkeyUrlOption = None,
+    as_json: JsonOption = False,
+    queues: Annotated[bool, typer.Option("--queues", help="With --json: the host queues instead of the rows.")] = False,
+) -> None:
+    """The live host registry (name, routes, caps, staleness, version, tz) and each named host's queue."""
+    from pi_dispatch.cli.reads import read_fleet, valkey_url
+    from pi_dispatch.config.worker_settings import rehome_after_ms
+    from pi_dispatch.console.tables import print_host_queues, print_hosts
+    from pi_dispatch.infra.clock import wall_ms
+
+    result, host_queues = read_fleet(valkey_url(url))
+    if isinstance(result, Unreachable):
+        errors.print(f"[red]registry unreachable[/red]: {escape(result.reason)}")
+        raise typer.Exit(ExitStatus.FAILURE)
+    after_ms, now_ms = rehome_after_ms(None), wall_ms()
+    if as_json and queues:
+        listed = [
+            {**asdict(queue), "rehomeAt": queue.due_ms(after_ms), "rehomeAfterMs": after_ms} for queue in host_queues
+        ]
+        sys.stdout.write(json.dumps(listed, indent=2) + "\n")
+    elif as_json:
+        sys.stdout.write(json.dumps(result.hosts, indent=2) + "\n")
+    else:
+        print_hosts(console, result.hosts, result.invalid)
+        if host_queues:
+            print_host_queues(console, host_queues, after_ms, now_ms)
+
+
+def runs(
+    limit: Annotated[int, typer.Option("--limit", min=1, max=5000, help="How many runs.")] = 50,
+    host: Annotated[str | None, typer.Option("--host", help="Only runs of this worker.")] = None,
+    logs_dir: Annotated[
+        Path | None, typer.Option("--logs-dir", help="This host's PI_LOGS_DIR (default: from settings).")
+    ] = None,
+    url: ValkeyUrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """This host's run records merged with the fleet mirror, each labelled with its host."""
+    from pi_dispatch.cli.reads import merged_runs, valkey_url
+    from pi_dispatch.config.sources import HostFacts
+    from pi_dispatch.console.tables import print_runs
+
+    directory = logs_dir or Path(os.environ.get("PI_LOGS_DIR") or HostFacts.of_this_machine().default_logs_dir())
+    found, degraded, skipped = merged_runs(directory, valkey_url(url), limit, host)
+    if as_json:
+        sys.stdout.write(json.dumps({"degraded": degraded, "skipped": skipped, "runs": found}, indent=2) + "\n")
+    else:
+        print_runs(console, found, degraded, skipped)

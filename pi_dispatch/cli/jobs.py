@@ -1,0 +1,89 @@
+"""`pi-dispatch route` and `enqueue`: where a forge job goes and why, and adding it there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from pi_dispatch.cli.common import ValkeyUrlOption, console
+from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
+from pi_dispatch.fleet.registry import LiveHosts, Unreachable
+
+
+def read_job_file(path: Path) -> dict[str, object]:
+    """A job's data from a JSON file, or a ConfigError naming the file."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError) as error:
+        raise ConfigError(
+            [Problem(str(path), f"cannot be read as JSON ({error})", str(path), "pass the job's data as JSON")]
+        ) from error
+    if not isinstance(data, dict):
+        raise ConfigError([Problem(str(path), "is not a JSON object", str(path), "pass the job's data as an object")])
+    return data
+
+
+def route(
+    job: Annotated[Path, typer.Option("--job", help="The job's data as JSON (what the receiver would enqueue).")],
+    kind: Annotated[str, typer.Option("--kind", help="The forge: github, gitlab, forgejo or azure.")] = "github",
+    live: Annotated[bool, typer.Option("--live", help="Route against the live registry.")] = True,
+    inventory: Annotated[
+        Path | None, typer.Option("-i", "--inventory", help="Route against an inventory instead.")
+    ] = None,
+    url: ValkeyUrlOption = None,
+) -> None:
+    """Which queue this job would go to, and for every host why it was or was not chosen."""
+    from pi_dispatch.cli.reads import read_registry, valkey_url
+    from pi_dispatch.core.capabilities import explain_route
+    from pi_dispatch.core.jobs import JobIdError, forge_delivery_job_id
+    from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
+    from pi_dispatch.fleet.hosts import FleetHost, heartbeat_row, routing_view
+    from pi_dispatch.fleet.inventory import load_inventory
+
+    data = read_job_file(job)
+    if inventory is not None:
+        fleet = [FleetHost.of_inventory(host) for host in load_inventory(inventory)]
+        hosts: list[dict[str, object]] = [routing_view(host, heartbeat_row(host)) for host in fleet]
+    else:
+        result = read_registry(valkey_url(url))
+        if isinstance(result, Unreachable):
+            console.print(
+                f"[yellow]registry unreachable ({result.reason}): the router would use the shared queue[/yellow]"
+            )
+        hosts = result.hosts if isinstance(result, LiveHosts) else []
+    trigger = data.get("trigger")
+    try:
+        job_id = forge_delivery_job_id(
+            kind,
+            trigger.get("deliveryId") if isinstance(trigger, dict) else None,
+            data.get("replica"),
+        )
+    except JobIdError as error:
+        console.print(escape(f"queue: {SHARED_QUEUE} (not routable: {error})"))
+        raise typer.Exit(ExitStatus.OK) from error
+    explanation = explain_route(hosts, data, job_id)
+    queue = host_queue_name(explanation.host) if explanation.host else SHARED_QUEUE
+    console.print(escape(f"job {job_id} needs {', '.join(explanation.needs) or 'nothing host-specific'}"))
+    console.print(
+        f"queue: [bold]{escape(queue)}[/bold]"
+        + escape(f" ({explanation.abstention})" if explanation.abstention else "")
+    )
+    for verdict in explanation.hosts:
+        console.print(escape(f"  {verdict.name}: {verdict.reason}"))
+
+
+def enqueue(
+    job: Annotated[Path, typer.Option("--job", help="The job's data as JSON (what the receiver would enqueue).")],
+    kind: Annotated[str, typer.Option("--kind", help="The forge: github, gitlab, forgejo or azure.")] = "github",
+    url: ValkeyUrlOption = None,
+) -> None:
+    """Route a forge job and add it to its queue with the reference's options; say where it went and why."""
+    from pi_dispatch.cli.reads import enqueue_job, valkey_url
+
+    data = read_job_file(job)
+    queue, job_id, why = enqueue_job(valkey_url(url), kind, data)
+    console.print(f"enqueued {escape(job_id)} on [bold]{escape(queue)}[/bold]: {escape(why)}")

@@ -1,0 +1,103 @@
+"""The operator commands' reads: the registry, host queues and mirror, each read once and bounded; routed enqueue."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from pi_dispatch.core.errors import PiDispatchError
+from pi_dispatch.fleet.hosts import HostQueue
+from pi_dispatch.fleet.mirror import MirroredRuns, merge_runs, read_mirrored_runs
+from pi_dispatch.fleet.registry import LiveHosts, Unreachable, read_live_hosts
+from pi_dispatch.fleet.rehome import read_host_queues
+from pi_dispatch.infra.clock import wall_ms
+from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL, connect, describe, with_password
+from pi_dispatch.worker.history import read_records_counted
+
+
+def valkey_url(option: str | None) -> str:
+    """--valkey-url, else VALKEY_URL, else the default. The password only ever comes from VALKEY_PASSWORD."""
+    return option or os.environ.get("VALKEY_URL") or DEFAULT_VALKEY_URL
+
+
+async def _with_client(url: str, use: Callable[[Any], Any]) -> Any:
+    client = connect(url, os.environ.get("VALKEY_PASSWORD") or None)
+    try:
+        return await use(client)
+    finally:
+        await client.aclose()
+
+
+def read_registry(url: str) -> LiveHosts | Unreachable:
+    return asyncio.run(_with_client(url, read_live_hosts))  # type: ignore[no-any-return]
+
+
+async def _fleet(client: Any) -> tuple[LiveHosts | Unreachable, list[HostQueue]]:
+    live = await read_live_hosts(client)
+    if not isinstance(live, LiveHosts):
+        return live, []
+    try:
+        return live, await read_host_queues(client, live.hosts, wall_ms())
+    except (RedisError, OSError, TimeoutError):
+        return live, []
+
+
+def read_fleet(url: str) -> tuple[LiveHosts | Unreachable, list[HostQueue]]:
+    """The registry, and each named host's queue with since when its host is silent (empty when unreadable)."""
+    return asyncio.run(_with_client(url, _fleet))  # type: ignore[no-any-return]
+
+
+def read_mirror(url: str, limit: int) -> MirroredRuns:
+    return asyncio.run(_with_client(url, lambda client: read_mirrored_runs(client, limit=limit)))  # type: ignore[no-any-return]
+
+
+def enqueue_job(url: str, kind: str, data: dict[str, Any]) -> tuple[str, str, str]:
+    """Route and add one forge job; returns (queue, job id, why). A bad delivery is a ConfigError."""
+    from pi_dispatch.core.capabilities import explain_route
+    from pi_dispatch.core.errors import ConfigError, Problem
+    from pi_dispatch.core.jobs import JobIdError
+    from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
+
+    async def run(client: Any) -> tuple[str, str, str]:
+        router = ForgeRouter(registry_reader(client))
+        enqueuer = Enqueuer(with_password(url, os.environ.get("VALKEY_PASSWORD")), router)
+        try:
+            enqueued = await enqueuer.enqueue_forge_job(kind, data)
+        finally:
+            await enqueuer.close()
+        queue, job_id = enqueued.queue, enqueued.job_id
+        if enqueued.deduplicated:
+            return queue, job_id, f"a duplicate of {enqueued.kept} (same target and flow within 10 minutes): not added"
+        snapshot = await read_live_hosts(client)
+        hosts = snapshot.hosts if isinstance(snapshot, LiveHosts) else []
+        explanation = explain_route(hosts, data, job_id)
+        if explanation.host is not None:
+            return (
+                queue,
+                job_id,
+                f"needs {', '.join(explanation.needs)}; chosen by job-id hash among the capable named hosts",
+            )
+        return queue, job_id, str(explanation.abstention)
+
+    try:
+        return asyncio.run(_with_client(url, run))  # type: ignore[no-any-return]
+    except JobIdError as error:
+        raise ConfigError([Problem("job", str(error), kind, "give the job data a trigger.deliveryId")]) from error
+    except (RedisError, OSError, TimeoutError) as error:
+        raise PiDispatchError(f"the job was not enqueued: Valkey said {describe(error)}") from error
+
+
+def merged_runs(logs_dir: Path, url: str, limit: int, host: str | None) -> tuple[list[Any], str, int]:
+    """This host's record files merged with the fleet mirror, how far to trust the mirror, and how many records
+    were skipped as unreadable."""
+    mirrored = read_mirror(url, limit)
+    local, skipped = read_records_counted(logs_dir)
+    runs = merge_runs(local, mirrored.runs, limit=limit if host is None else 10 * limit)
+    if host is not None:
+        runs = [run for run in runs if run.get("host") == host][:limit]
+    return runs, mirrored.degraded, skipped + mirrored.skipped

@@ -1,0 +1,138 @@
+"""`pi-dispatch receiver` (serve the forge webhooks), `receiver check` and `init` (a starter triggers file)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Final
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+receiver_app = typer.Typer(invoke_without_command=True)
+console = Console()
+EnvFile = Annotated[
+    Path | None,
+    typer.Option("--env-file", help="Read this env file alone instead of the environment (as systemd would)."),
+]
+STARTER: Final[dict[str, Any]] = {
+    "triggers": [
+        {"on": {"type": "label", "any": ["pi:fix"]}, "run": {"kind": "github", "flow": "fix"}},
+        {"on": {"type": "comment", "phrase": "@pi"}, "run": {"kind": "github", "flow": "triage"}},
+        {
+            "on": {"type": "pull_request", "action": ["opened", "synchronize"]},
+            "run": {"kind": "github", "flow": "review"},
+        },
+    ]
+}
+
+
+def _json_lines(stream: Any) -> Any:
+    def emit(event: str, fields: Any) -> None:
+        stream.write(json.dumps({"event": event, **fields}, default=str, ensure_ascii=False) + "\n")
+        stream.flush()
+
+    return emit
+
+
+def _serve(env_file: Path | None) -> int:
+    import asyncio
+    import signal
+
+    from pi_dispatch.infra.extras import require
+
+    for module in ("aiohttp", "jwt", "watchdog"):
+        require("receiver", module)
+    from pi_dispatch.receiver.boot import Stop, serve
+    from pi_dispatch.receiver.endpoints import load_receiver_config
+
+    log, error_log = _json_lines(sys.stdout), _json_lines(sys.stderr)
+    try:
+        config = load_receiver_config(env_file)
+    except Exception as error:
+        error_log("receiver_start_failed", {"reason": str(error).replace("\n", "; ")})
+        raise
+
+    async def run() -> int:
+        stop = Stop()
+        loop = asyncio.get_running_loop()
+        for signal_number in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signal_number, stop.set, signal.Signals(signal_number).name)
+        return await serve(config, log, stop, error_log)
+
+    return asyncio.run(run())
+
+
+@receiver_app.callback()
+def receiver(ctx: typer.Context, env_file: EnvFile = None) -> None:
+    """The webhook receiver: forge deliveries in, routed jobs out. With no command, serves until SIGTERM.
+
+    Reads WEBHOOK_SECRET, PI_TRIGGERS_FILE, VALKEY_URL, RECEIVER_PORT, GITLAB_*, FORGEJO_*, AZURE_* and the rest.
+
+    schemas/receiver-env.schema.json lists every variable. Exits 2 on a config error, 1 when a restart may help.
+    """
+    if ctx.invoked_subcommand is None:
+        raise typer.Exit(_serve(env_file))
+
+
+@receiver_app.command("serve")
+def serve_command(env_file: EnvFile = None) -> None:
+    """Serve the forge webhooks until SIGTERM (the same as no subcommand)."""
+    raise typer.Exit(_serve(env_file))
+
+
+@receiver_app.command("check")
+def check(env_file: EnvFile = None) -> None:
+    """Validate the receiver's configuration and triggers without serving: prints OK or every problem; 0 or 2."""
+    from pi_dispatch.receiver.endpoints import load_receiver_config
+
+    config = load_receiver_config(env_file)
+    served = [
+        name
+        for name, armed in (
+            ("github", config.github),
+            ("gitlab", config.gitlab),
+            ("forgejo", config.forgejo),
+            ("azure", config.azure),
+        )
+        if armed is not None
+    ]
+    where = str(env_file) if env_file else "the environment"
+    rules = sum(1 for forge in config.rules.forges.values() for _ in _rules_of(forge))
+    console.print(
+        escape(
+            f"OK: {where} serves {', '.join(served) or 'no forge'}; "
+            f"{rules} webhook rules in {config.triggers_path.name}"
+        )
+    )
+
+
+def _rules_of(forge: Any) -> list[Any]:
+    return [
+        *forge.label,
+        *([forge.comment] if forge.comment else []),
+        *forge.pull_request,
+        *forge.issue,
+        *forge.pr_close,
+    ]
+
+
+def init(
+    triggers: Annotated[Path, typer.Option("--triggers", help="Where to write the starter file.")] = Path(
+        "triggers.json"
+    ),
+) -> None:
+    """Write a starter triggers file (a label, a comment and a pull request rule for GitHub); never overwrites."""
+    from pi_dispatch.triggers.file import parse_triggers
+
+    text = json.dumps(STARTER, indent=2) + "\n"
+    parse_triggers(text, "starter")  # the starter is itself a file the parser accepts
+    try:
+        with triggers.open("x", encoding="utf-8") as handle:
+            handle.write(text)
+    except FileExistsError:
+        console.print(escape(f"{triggers} exists; left as it is"))
+        raise typer.Exit(1) from None
+    console.print(escape(f"wrote {triggers}: edit it, then point PI_TRIGGERS_FILE at it"))

@@ -1,0 +1,384 @@
+"""An inventory host's `pi_dispatch_worker_*` variables: checked, and rendered into the env file its worker reads.
+
+Each worker setting has one host variable (`WorkerSettings` says which); the worker role's own variables
+share the prefix but never reach the env file, and are declared here once (`RoleVars`). One rendering rule
+serves `pi-dispatch config render` and the Ansible role alike, so the two produce the same bytes. Nothing
+here needs Ansible: the loader that reads an inventory lives in `fleet/inventory.py`, for the controller.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Final
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from pi_dispatch.config.envfile import parse_env_text, render_env
+from pi_dispatch.config.kinds import (
+    ABSOLUTE_PATH,
+    X_FIX,
+    Bounds,
+    FlagForm,
+    Form,
+    ProfilesForm,
+    TextForm,
+    extra,
+    field_problems,
+    form_of,
+    matching,
+    refused,
+)
+from pi_dispatch.config.patterns import schema_pattern
+from pi_dispatch.config.schemas import problems
+from pi_dispatch.config.worker_settings import WorkerSettings, check_worker_env, fields_by_variable, host_variable
+from pi_dispatch.core.errors import ConfigError, Problem
+from pi_dispatch.core.names import HOST_VAR_PREFIX, PROFILE_NAME_RE
+from pi_dispatch.core.profiles import ABSOLUTE_SCRIPT, MAX_PROFILES
+from pi_dispatch.infra.valkey import redacted
+
+PREFIX: Final = HOST_VAR_PREFIX
+WORKERS_GROUP: Final = "pi_dispatch_workers"
+STORE_GROUP: Final = "pi_dispatch_store"
+HEADER: Final = "Rendered by pi-dispatch from the inventory for host {host}; a rollout overwrites edits."
+DEFAULT_ENV_FILE: Final = "/etc/pi-dispatch/worker.env"  # the role's default for pi_dispatch_worker_env_file
+TRIGGERS_NAME: Final = "triggers.json"
+
+
+@dataclass(frozen=True)
+class InventoryHost:
+    """One worker host: its inventory name and its `pi_dispatch_worker_*` variables, plain and templated."""
+
+    name: str
+    vars: dict[str, Any]
+    source: str
+    folder: str | None = None  # the inventory's directory, which relative controller files are found under
+
+    def declared(self, suffix: str) -> Any:
+        """The value of `pi_dispatch_worker_<suffix>`, or None."""
+        return self.vars.get(PREFIX + suffix)
+
+    def controller_file(self, declared: str) -> Path:
+        """A controller file a variable names, as the role finds it: absolute, or in pi_dispatch_worker_scripts_dir
+        (by default the inventory's files/ folder)."""
+        path = Path(declared)
+        if path.is_absolute():
+            return path
+        folder = self.declared("scripts_dir") or Path(self.folder or ".") / "files"
+        return Path(str(folder)) / path
+
+    @property
+    def triggers_source(self) -> Path | None:
+        """This host's own triggers file on the controller, or None (no cron on this host)."""
+        declared = self.declared("triggers_source")
+        return self.controller_file(declared) if isinstance(declared, str) and declared else None
+
+    @property
+    def worker_name(self) -> str | None:
+        value = self.declared("name")
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def secret_profiles(self) -> dict[str, str]:
+        return _table(self.declared("secret_profiles"))
+
+    @property
+    def wait_profiles(self) -> dict[str, str]:
+        return _table(self.declared("wait_profiles"))
+
+
+def _table(value: object) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
+
+
+# -- the role's own variables ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnyTextForm(Form):
+    def noun(self, bounds: Bounds) -> str:
+        return "text"
+
+    def host_schema(self, bounds: Bounds) -> dict[str, Any]:
+        return {"type": "string"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class GidForm(Form):
+    def host_types(self) -> tuple[type, ...]:
+        return (int, str)
+
+    def noun(self, bounds: Bounds) -> str:
+        return "a gid, or empty"
+
+    def host_schema(self, bounds: Bounds) -> dict[str, Any]:
+        return {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, {"const": ""}]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScriptsForm(Form):
+    def host_types(self) -> tuple[type, ...]:
+        return (dict,)
+
+    def noun(self, bounds: Bounds) -> str:
+        return "absolute destination paths mapped to source files"
+
+    def host_schema(self, bounds: Bounds) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "propertyNames": {"pattern": schema_pattern(ABSOLUTE_PATH)},
+        }
+
+
+def _gid(value: object) -> object:
+    if (isinstance(value, str) and value != "") or (isinstance(value, int) and not 1 <= value <= 2**31 - 1):
+        raise refused()
+    return value
+
+
+def _scripts(value: object) -> object:
+    if isinstance(value, Mapping) and not all(
+        isinstance(dest, str) and re.fullmatch(ABSOLUTE_PATH, dest) and isinstance(source, str)
+        for dest, source in value.items()
+    ):
+        raise refused()
+    return value
+
+
+_USER: Final = TextForm(pattern=r"[a-z_][a-z0-9_-]{0,31}", what="a user name")
+_ABSOLUTE: Final = TextForm(pattern=ABSOLUTE_PATH, what="an absolute path")
+# The role's variables arrive typed from the inventory; the type check before validation has refused other types.
+Text = Annotated[str | None, AnyTextForm()]
+UserName = Annotated[str | None, matching(_USER), _USER]
+AbsolutePath = Annotated[str | None, matching(_ABSOLUTE), _ABSOLUTE]
+Switch = Annotated[bool | None, FlagForm()]
+Gid = Annotated[int | str | None, BeforeValidator(_gid), GidForm()]
+Scripts = Annotated[dict[str, str] | None, BeforeValidator(_scripts), ScriptsForm()]
+
+
+def role_var(suffix: str, description: str, fix: str) -> Any:
+    return Field(
+        None, validation_alias=PREFIX + suffix, description=f"Role: {description}", json_schema_extra={X_FIX: fix}
+    )
+
+
+class RoleVars(BaseModel):
+    """The worker role's own variables: they share the prefix but never reach the env file."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    package: Text = role_var(
+        "package",
+        "what to install: a pip requirement, or a wheel file on the controller; empty installs the wheel "
+        "ansible/site.yml builds from its checkout. Pin it to upgrade or roll back.",
+        "a requirement such as pi-dispatch==0.1.0, a path ending in .whl, or empty",
+    )
+    service_state: Text = role_var(
+        "service_state", "the worker unit's state (started by default).", "started, stopped or restarted"
+    )
+    service_enabled: Switch = role_var("service_enabled", "whether the worker starts at boot.", "true or false")
+    user: UserName = role_var("user", "the system user the worker runs as.", "a user name such as pi-dispatch")
+    home: AbsolutePath = role_var(
+        "home", "the worker user's home, writable by the worker.", "an absolute path such as /var/lib/pi-dispatch"
+    )
+    venv: AbsolutePath = role_var(
+        "venv", "where the package's venv is installed.", "an absolute path such as /opt/pi-dispatch/venv"
+    )
+    env_file: AbsolutePath = role_var(
+        "env_file",
+        "where the rendered env file goes (mode 0600).",
+        "an absolute path such as /etc/pi-dispatch/worker.env",
+    )
+    install_docker: Switch = role_var("install_docker", "install docker.io from Debian.", "true or false")
+    docker_proxy: Switch = role_var(
+        "docker_proxy",
+        "reach Docker through a socket proxy that passes only the worker's calls, instead of the docker group.",
+        "true or false",
+    )
+    docker_gid: Gid = role_var(
+        "docker_gid", "the docker group's gid when it must match a socket made elsewhere.", "a gid, or empty"
+    )
+    scripts: Scripts = role_var(
+        "scripts",
+        "resolver and check scripts to deploy, destination path -> source file on the controller (relative to "
+        "pi_dispatch_worker_scripts_dir).",
+        "absolute destination paths mapped to source files",
+    )
+    scripts_dir: Text = role_var(
+        "scripts_dir",
+        "the controller folder relative script sources are found in (default: the inventory's files/).",
+        "a folder on the controller",
+    )
+    triggers_source: Text = role_var(
+        "triggers_source",
+        "this host's triggers file on the controller (absolute, or in pi_dispatch_worker_scripts_dir): installed "
+        "0644 next to the env file as PI_TRIGGERS_FILE, its cron entries scheduled on this host; the audit reads "
+        "it. Unset: no cron on this host.",
+        "a file on the controller, such as mini1-triggers.json beside the scripts",
+    )
+
+
+def host_forms() -> dict[str, tuple[Form, str]]:
+    """Every `pi_dispatch_worker_*` variable: its form and its fix, the worker's settings first."""
+    forms = {
+        variable: (form_of(info), extra(info, X_FIX))
+        for name, info in WorkerSettings.model_fields.items()
+        if (variable := host_variable(name, info)) is not None
+    }
+    for info in RoleVars.model_fields.values():
+        forms[str(info.validation_alias)] = (form_of(info), extra(info, X_FIX))
+    return forms
+
+
+# -- checks and rendering ----------------------------------------------------------------------------------
+
+
+def _type_name(types: tuple[type, ...]) -> str:
+    names = {int: "whole number", float: "number", bool: "boolean", str: "string", dict: "mapping"}
+    return " or ".join(dict.fromkeys(names.get(kind, kind.__name__) for kind in types if kind is not type(None)))
+
+
+def _shape_problems(host_vars: Mapping[str, Any], source: str) -> list[Problem]:
+    """Unknown variables, values of the wrong type, and empty values a form refuses."""
+    forms = host_forms()
+    found = [
+        Problem(key, "is not a variable pi-dispatch knows", source, "check the spelling")
+        for key in host_vars
+        if key.startswith(PREFIX) and key not in forms
+    ]
+    for variable, (form, _) in forms.items():
+        if variable not in host_vars:
+            continue
+        value, types = host_vars[variable], form.host_types()
+        wrong_bool = bool not in types and isinstance(value, bool)
+        if wrong_bool or not isinstance(value, types):
+            kind = _type_name(types)
+            found.append(Problem(variable, f"{value!r} is not a {kind}", source, f"use a {kind}"))
+        elif value == "" and isinstance(form, TextForm) and re.fullmatch(form.pattern, "") is None:
+            found.append(Problem(variable, "is empty", source, "give a value, or leave the variable out"))
+    return found
+
+
+def _table_problems(variable: str, table: Mapping[object, object], source: str) -> list[Problem]:
+    """Names and paths a profile mapping may hold: what the env grammar can carry and read back the same."""
+    found = [
+        Problem(
+            f"{variable}/{name}", f"the name {name!r} is not valid", source, "letters, digits, dot, dash, underscore"
+        )
+        for name in table
+        if not isinstance(name, str) or PROFILE_NAME_RE.fullmatch(name) is None
+    ]
+    found += [
+        Problem(f"{variable}/{name}", "must map a profile name to a script path", source, "name: /absolute/path")
+        for name, path in table.items()
+        if not isinstance(path, str)
+    ]
+    found += [
+        Problem(f"{variable}/{name}", f"{path!r} is not an absolute path", source, "name: /absolute/path")
+        for name, path in table.items()
+        if isinstance(path, str) and re.fullmatch(ABSOLUTE_SCRIPT, path) is None
+    ]
+    if len(table) > MAX_PROFILES:
+        found.append(
+            Problem(variable, f"declares {len(table)} profiles; at most {MAX_PROFILES}", source, "declare fewer")
+        )
+    return found
+
+
+def triggers_beside(env_file: str) -> str:
+    """Where the role installs a host's triggers file: beside its env file."""
+    return f"{env_file.rsplit('/', 1)[0]}/{TRIGGERS_NAME}"
+
+
+def installed_triggers_path(host_vars: Mapping[str, Any]) -> str | None:
+    """The PI_TRIGGERS_FILE a host's worker gets, or None when it declares no triggers file."""
+    if not host_vars.get(PREFIX + "triggers_source"):
+        return None
+    return triggers_beside(str(host_vars.get(PREFIX + "env_file") or DEFAULT_ENV_FILE))
+
+
+def env_values(host_vars: Mapping[str, Any]) -> dict[str, str]:
+    """The env variables a host's declarations set, as strings, in the env file's order."""
+    values: dict[str, str] = {}
+    rendered = {"PI_TRIGGERS_FILE": installed_triggers_path(host_vars)}  # what the role itself puts in place
+    for variable, (name, info) in fields_by_variable().items():
+        declared = host_variable(name, info)
+        value = host_vars.get(declared) if declared is not None else rendered.get(variable)
+        if value is None or value == {}:
+            continue
+        values[variable] = form_of(info).env_text(value)
+    return values
+
+
+def env_changes(deployed: str, rendered: str) -> list[str]:
+    """What a rollout changes in a host's env file, as `-NAME=old` and `+NAME=new` lines in the file's order,
+    with every secret (and a password inside VALKEY_URL) masked: what `--check --diff` may show."""
+    secret = {variable for variable, (_, info) in fields_by_variable().items() if form_of(info).secret}
+
+    def shown(name: str, value: str) -> str:
+        return f"{name}={'********' if name in secret else redacted(value) if name == 'VALKEY_URL' else value}"
+
+    old = parse_env_text(deployed, "deployed").values
+    new = parse_env_text(rendered, "rendered").values
+    changes = []
+    for name in [*new, *(name for name in old if name not in new)]:
+        if old.get(name) == new.get(name):
+            continue
+        changes += [f"-{shown(name, old[name])}"] if name in old else []
+        changes += [f"+{shown(name, new[name])}"] if name in new else []
+    return changes
+
+
+def check_host_vars(host_vars: Mapping[str, Any], source: str = "") -> list[Problem]:
+    """The typed check of a host's declarations, independent of the schema: types, forms, and the env it renders."""
+    found = _shape_problems(host_vars, source)
+    if found:
+        return found
+    tables = {
+        variable: _table_problems(variable, value, source)
+        for variable, (form, _) in host_forms().items()
+        if isinstance(form, ProfilesForm) and isinstance(value := host_vars.get(variable), Mapping)
+    }
+    found += [problem for table in tables.values() for problem in table]
+    try:
+        RoleVars.model_validate(host_vars)
+    except ValidationError as error:
+        found += field_problems(error, RoleVars, host_vars, source)
+    # a table with problems would render into a different table; it has been reported as declared
+    renderable = {key: value for key, value in host_vars.items() if not tables.get(key)}
+    host_var_of = {
+        variable: host_variable(name, info) or variable for variable, (name, info) in fields_by_variable().items()
+    }
+    for problem in check_worker_env(env_values(renderable), source):
+        variable, _, rest = problem.subject.partition(" ")
+        subject = host_var_of.get(variable, variable) + (f" {rest}" if rest else "")
+        found.append(Problem(subject, problem.message, source, problem.fix))
+    return found
+
+
+def host_problems(host: InventoryHost) -> list[Problem]:
+    """The schema's verdict on a host's declarations, worded by the typed check where it can be."""
+    source = f"{host.source} host {host.name}"
+    own = check_host_vars(host.vars, source)
+    return own if own else problems("host-vars", host.vars, source)
+
+
+def render_host_env(host: InventoryHost) -> str:
+    """The env file this host's worker should have. Raises ConfigError when its declarations are invalid."""
+    found = host_problems(host)
+    if found:
+        raise ConfigError(found)
+    return render_env(env_values(host.vars), HEADER.format(host=host.name))
+
+
+def find_host(hosts: list[InventoryHost], name: str, source: str) -> InventoryHost:
+    for host in hosts:
+        if host.name == name:
+            return host
+    known = ", ".join(host.name for host in hosts) or "none"
+    raise ConfigError(
+        [Problem(f"host {name!r}", f"is not in the {WORKERS_GROUP} group", source, f"use one of: {known}")]
+    )

@@ -1,0 +1,336 @@
+"""The worker's settings, each declared once: variable, host variable, kind, bounds, default, description, fix.
+
+`WorkerSettings` is the one declaration. The JSON Schemas of the env file and of the inventory's host
+variables are generated from it (`pi-dispatch config schema`), the inventory renders env files through it,
+and the docs' settings table is checked against it. Values come from the sources of `sources.py`:
+the process environment, or for `--env-file` that file alone, then the machine's defaults. `load_settings`
+reads the raw values once, validates them against the published schema and through the model (`declaration.py`,
+shared with the receiver), and reports every problem at once, each naming its variable, its source and its fix.
+Secrets are `SecretStr` and never printed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import PrivateAttr, SecretStr, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import PydanticBaseSettingsSource
+
+from pi_dispatch.config.declaration import ENV_ONLY, DeclaredSettings, check_env, load_declared, setting
+from pi_dispatch.config.kinds import (
+    X_HOST_VAR,
+    ContainerUser,
+    Cpus,
+    Flag,
+    HostDir,
+    HostFile,
+    ImageList,
+    ImageReference,
+    JobNetwork,
+    ListenAddress,
+    Password,
+    SecretProfiles,
+    ValkeyUrl,
+    WaitProfiles,
+    Whole,
+    WholeMs,
+    WorkerName,
+    Zone,
+)
+from pi_dispatch.config.sources import ENVIRONMENT, HostFacts, MachineDefaults
+from pi_dispatch.core.errors import Problem
+from pi_dispatch.core.jscompat import DAY_MS
+from pi_dispatch.core.names import HOST_VAR_PREFIX
+from pi_dispatch.core.waits import WAIT_INTERVAL_FLOOR_MS
+from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL
+
+# The env-file grammar allowed 15 digits before any bound was declared; a setting with no natural limit keeps that.
+WHOLE_MAX: Final = 999_999_999_999_999
+# A host silent for less than this is restarting, not gone; re-homing any sooner would race its own return.
+REHOME_FLOOR_MS: Final = 10_000
+
+
+MS = "a whole number of milliseconds"
+
+
+def unbounded(variable: str, default: int, description: str, fix: str = f"{MS}, 1 or more") -> Any:
+    """A whole-number setting with no natural upper limit: 1 or more, as the env grammar always allowed."""
+    return setting(variable, default, description, fix, ge=1, le=WHOLE_MAX)
+
+
+class WorkerSettings(DeclaredSettings):
+    """The typed configuration a worker runs with, in the order the env file lists it."""
+
+    worker_name: WorkerName = setting(
+        "PI_WORKER_NAME",
+        "",
+        "This host's worker name. Empty or unset: not declared (a name is derived from the hostname, "
+        "routes=false, no host queue, no run mirror).",
+        "1-64 letters, digits, dot, dash or underscore, starting with a letter or digit, not ending in .json "
+        "or .log; or leave it empty to use a name derived from the hostname",
+        host_var="name",
+    )
+    secret_profiles: SecretProfiles = setting(
+        "PI_SECRET_PROFILES",
+        {},
+        "Secret profiles this host serves: name:/absolute/path/to/resolver, comma separated.",
+        "write name:/absolute/path entries separated by commas; names use letters, digits, dot, dash and "
+        "underscore; each name once",
+    )
+    wait_profiles: WaitProfiles = setting(
+        "PI_WAIT_PROFILES",
+        {},
+        "Wait profiles this host serves: name:/absolute/path/to/check, comma separated.",
+        "write name:/absolute/path entries separated by commas; names use letters, digits, dot, dash and "
+        "underscore; each name once",
+    )
+    valkey_url: ValkeyUrl = setting(
+        "VALKEY_URL",
+        DEFAULT_VALKEY_URL,
+        "The shared Valkey: redis:// (plain), rediss:// (TLS) or unix:// (socket); /N selects the database.",
+        "a URL such as redis://store.lan:6379/0, rediss://store.lan:6380 or unix:///run/valkey/valkey.sock",
+    )
+    valkey_password: Password = setting(
+        "VALKEY_PASSWORD",
+        None,
+        "Valkey password, kept out of the URL (keep it in a vault). A password inside the URL wins.",
+        "one line, no control characters",
+    )
+    concurrency: Whole = setting(
+        "PI_CONCURRENCY",
+        3,
+        "Containers this machine runs at once, across both queues it drains.",
+        "a whole number from 1 to 999, digits only",
+        ge=1,
+        le=999,
+    )
+    logs_dir: HostDir = setting(
+        "PI_LOGS_DIR",
+        None,
+        "Where run records (<id>.json) and captured logs (<id>.log) live; per host, never shared with other "
+        "logs. Empty: ~/.pi-dispatch/logs.",
+        "an absolute path such as /var/lib/pi-dispatch/logs",
+    )
+    jobs_dir: HostDir = setting(
+        "PI_JOBS_DIR",
+        None,
+        "Where each running job's folder (event.json, job.json) lives while its container reads it at /job; "
+        "per host, and a path the Docker daemon sees (not under a PrivateTmp /tmp). Empty: ~/.pi-dispatch/jobs.",
+        "an absolute path such as /var/lib/pi-dispatch/jobs",
+    )
+    log_retention_days: Whole = setting(
+        "PI_LOG_RETENTION_DAYS",
+        30,
+        "Days to keep run records and logs; 0 keeps them forever. Also bounds the fleet mirror (at most 92 days).",
+        "a whole number of days from 0 to 36500; 0 keeps forever",
+        ge=0,
+        le=36_500,
+    )
+    capture_job_logs: Flag = setting(
+        "PI_CAPTURE_JOB_LOGS",
+        False,
+        "1 writes each job's raw container output to <id>.log (it can hold issue and comment text).",
+        "1 to capture, 0 or empty not to (the reference reads anything but 1 as off, so 'true' would "
+        "silently mean off); true or false in the inventory",
+    )
+    job_image: ImageReference = setting(
+        "PI_JOB_IMAGE",
+        "pi-job:latest",
+        "The job image a job runs in unless it names its own.",
+        "an image reference such as pi-job:latest",
+    )
+    allowed_images: ImageList = setting(
+        "PI_ALLOWED_IMAGES",
+        (),
+        "Images a job may name besides PI_JOB_IMAGE, comma separated; empty: only PI_JOB_IMAGE. A job naming any "
+        "other is refused (job-image-not-allowed).",
+        "image references such as pi-job:latest,registry.lan/pi-job:2, comma separated",
+    )
+    job_user: ContainerUser = setting(
+        "PI_JOB_USER",
+        None,
+        "The user (and group) job containers run as, e.g. 1000:1000 or nobody. Empty: the image's own user.",
+        "a user name or id, optionally :group, as docker run --user takes it",
+    )
+    job_read_only: Flag = setting(
+        "PI_JOB_READ_ONLY",
+        False,
+        "1 runs job containers with a read-only root filesystem (a private /tmp stays writable).",
+        "1 for a read-only root filesystem, 0 or empty not to; true or false in the inventory",
+    )
+    job_log_mb: Whole = setting(
+        "PI_JOB_LOG_MB",
+        10,
+        "The most a job container's output may take on the Docker host, in MiB; older output is dropped.",
+        "a whole number of MiB from 1 to 1024",
+        ge=1,
+        le=1024,
+    )
+    job_network: JobNetwork = setting(
+        "PI_JOB_NETWORK",
+        None,
+        "The Docker network job containers join. Empty: the daemon's default (bridge); `none` cuts them off.",
+        "a Docker network name such as bridge, none or pi-jobs",
+    )
+    job_timeout_ms: WholeMs = setting(
+        "PI_JOB_TIMEOUT_MS",
+        3_600_000,
+        "Longest a job's container may run; then it is stopped and the run ends as job-timeout (not retried).",
+        f"{MS} from 1 to 604800000 (7 days)",
+        ge=1,
+        le=604_800_000,
+    )
+    job_memory_mb: Whole = setting(
+        "PI_JOB_MEMORY_MB",
+        4096,
+        "Memory limit of each job container, in MiB.",
+        "a whole number of MiB from 6 to 1048576",
+        ge=6,
+        le=1_048_576,
+    )
+    job_cpus: Cpus = setting(
+        "PI_JOB_CPUS",
+        2.0,
+        "CPU limit of each job container, in CPUs (0.01 to 9999.99).",
+        "a number of CPUs such as 1, 1.5 or 0.25, from 0.01 to 9999.99",
+        ge=0.01,
+        le=9999.99,
+    )
+    drain_grace_ms: WholeMs = setting(
+        "PI_DRAIN_GRACE_MS",
+        20_000,
+        "On SIGTERM, how long running containers may finish before they are stopped and their jobs put back "
+        "on the queue. Keep the unit's stop timeout longer.",
+        f"{MS} from 1 to 3600000",
+        ge=1,
+        le=3_600_000,
+    )
+    lock_duration_ms: WholeMs = unbounded(
+        "PI_LOCK_DURATION_MS",
+        30_000,
+        "BullMQ job lock; a job whose worker died is taken up again within about twice this.",
+    )
+    rehome_after_ms: WholeMs = unbounded(
+        "PI_REHOME_AFTER_MS",
+        120_000,
+        f"How long a named host may be silent (no live registry row) before live workers move the jobs on its "
+        f"queue to the live fleet; raised to at least {REHOME_FLOOR_MS}. Longer than a restart takes.",
+    )
+    secret_resolve_timeout_ms: WholeMs = unbounded(
+        "PI_SECRET_RESOLVE_TIMEOUT_MS", 10_000, "Per-reference secret resolver timeout."
+    )
+    wait_check_timeout_ms: WholeMs = unbounded("PI_WAIT_CHECK_TIMEOUT_MS", 10_000, "Per-check wait-profile timeout.")
+    wait_interval_ms: WholeMs = unbounded(
+        "PI_WAIT_INTERVAL_MS",
+        60_000,
+        f"Base re-check cadence of a held job; raised to at least {WAIT_INTERVAL_FLOOR_MS}.",
+    )
+    wait_max_ms: WholeMs = unbounded("PI_WAIT_MAX_MS", DAY_MS, "Longest a job may be held by its wait profiles.")
+    wait_after_max_ms: WholeMs = unbounded(
+        "PI_WAIT_AFTER_MAX_MS", 30 * DAY_MS, "Furthest in the future an `after` instant may be."
+    )
+    wait_check_slots: Whole = unbounded(
+        "PI_WAIT_CHECK_SLOTS",
+        1,
+        "Concurrent wait checks; fleet-wide once a name is declared.",
+        "a whole number, 1 or more",
+    )
+    wait_max_checks: Whole = unbounded(
+        "PI_WAIT_MAX_CHECKS", 96, "Checks per held job before wait-expired.", "a whole number, 1 or more"
+    )
+    wait_max_faults: Whole = unbounded(
+        "PI_WAIT_MAX_FAULTS", 5, "Consecutive check faults before wait-unanswerable.", "a whole number, 1 or more"
+    )
+    metrics_addr: ListenAddress = setting(
+        "PI_METRICS_ADDR",
+        "127.0.0.1:10470",
+        "host:port of the worker's Prometheus metrics (GET /metrics); empty turns them off. The default listens on "
+        "this host only, on a port outside the 9100-9999 range the Prometheus exporter allocations fill.",
+        "host:port such as 127.0.0.1:10470 or 0.0.0.0:10470, or empty for no metrics",
+    )
+    tz: Zone = setting(
+        "TZ",
+        None,
+        "The host's IANA zone. Cron patterns resolve in it: set the same TZ on every host.",
+        "an IANA zone name such as UTC or Europe/Amsterdam",
+    )
+    triggers_file: HostFile = setting(
+        "PI_TRIGGERS_FILE",
+        None,
+        "The triggers file whose cron entries this host schedules (watched, reconciled on change), and where a "
+        'one-shot rule is disarmed after its run. Unset: cron is disabled (fpCron ""); disarms go to '
+        "./triggers.json. The role renders it from pi_dispatch_worker_triggers_source.",
+        "an absolute path such as /etc/pi-dispatch/triggers.json, or empty for no cron",
+        host_var=ENV_ONLY,
+    )
+
+    _declared_name: bool = PrivateAttr(False)
+
+    @field_validator("wait_interval_ms")
+    @classmethod
+    def _at_least_the_wait_floor(cls, value: int) -> int:
+        return max(WAIT_INTERVAL_FLOOR_MS, value)
+
+    @field_validator("rehome_after_ms")
+    @classmethod
+    def _at_least_the_rehome_floor(cls, value: int) -> int:
+        return max(REHOME_FLOOR_MS, value)
+
+    @property
+    def worker_name_declared(self) -> bool:
+        """Whether PI_WORKER_NAME was set: only then does the host drain a queue of its own and mirror runs."""
+        return self._declared_name
+
+    @classmethod
+    def machine_defaults(cls, facts: HostFacts) -> PydanticBaseSettingsSource | None:
+        return MachineDefaults(cls, facts)
+
+
+def fields_by_variable() -> dict[str, tuple[str, FieldInfo]]:
+    """Every setting by its env variable, in declaration order: (field name, field)."""
+    return {str(info.validation_alias): (name, info) for name, info in WorkerSettings.model_fields.items()}
+
+
+def variables() -> tuple[str, ...]:
+    """Every variable the worker reads, in the order the env file lists them."""
+    return tuple(fields_by_variable())
+
+
+def check_worker_env(raw: Mapping[str, str], source: str = ENVIRONMENT) -> list[Problem]:
+    return check_env(WorkerSettings, raw, source)
+
+
+def load_settings(
+    env_file: Path | None = None,
+    *,
+    facts: HostFacts | None = None,
+    environment: Callable[[], Mapping[str, str]] | None = None,
+) -> WorkerSettings:
+    """The worker's settings from the process environment, or from env_file alone. Raises ConfigError."""
+    settings, raw = load_declared(WorkerSettings, "worker-env", env_file, facts=facts, environment=environment)
+    settings._declared_name = bool(raw.values.get("PI_WORKER_NAME"))
+    return settings
+
+
+def host_variable(field_name: str, info: FieldInfo) -> str | None:
+    """The inventory variable that declares a setting: `pi_dispatch_worker_<field>` unless it names its own;
+    None for a setting the role renders itself."""
+    declared = info.json_schema_extra.get(X_HOST_VAR) if isinstance(info.json_schema_extra, dict) else None
+    if declared == ENV_ONLY:
+        return None
+    return HOST_VAR_PREFIX + str(declared or field_name)
+
+
+def rehome_after_ms(declared: object) -> int:
+    """The re-homing threshold a host runs with, from what its inventory declares (the default when nothing)."""
+    value = declared if isinstance(declared, int) and not isinstance(declared, bool) else None
+    default = WorkerSettings.model_fields["rehome_after_ms"].default
+    return max(REHOME_FLOOR_MS, value if value is not None else int(default))
+
+
+def password_text(settings: WorkerSettings) -> str | None:
+    secret: SecretStr | None = settings.valkey_password
+    return secret.get_secret_value() if secret is not None else None

@@ -1,0 +1,1 @@
+"""What an operator sees: the live fleet view, tables and terminal-safe text."""

@@ -1,0 +1,119 @@
+"""What the operator commands print: the audit report, the hosts, their queues and the runs, as text, never markup."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from pi_dispatch.audit.placement import SEVERITIES, Report
+from pi_dispatch.console.terminal import plain, visible
+from pi_dispatch.core.jscompat import iso_string
+from pi_dispatch.fleet.hosts import FleetHost, HostQueue
+from pi_dispatch.fleet.mirror import hosts_in
+from pi_dispatch.fleet.registry import InvalidRow
+
+STYLE = {"error": "red", "warning": "yellow", "info": "green"}
+
+
+def print_report(console: Console, report: Report) -> None:
+    if not report.findings:
+        console.print("[green]No findings.[/green]")
+    for severity in SEVERITIES:
+        rows = [finding for finding in report.findings if finding.severity == severity]
+        if not rows:
+            continue
+        table = Table(
+            title=f"{severity.upper()} ({len(rows)})", title_style=STYLE[severity], show_lines=True, expand=True
+        )
+        table.add_column("code", no_wrap=True)
+        for column, ratio in (("subject", 3), ("finding", 5), ("fix", 4)):
+            table.add_column(column, ratio=ratio, overflow="fold")
+        for finding in rows:
+            code = finding.code + (" (accepted)" if finding.code in report.accepted else "")
+            table.add_row(
+                *(visible(text, 2_000) for text in (code, finding.subject, finding.message)),
+                visible(finding.fix or "-", 2_000),
+            )
+        console.print(table)
+    if report.accepted:
+        console.print(visible(f"accepted on purpose, not counted: {', '.join(sorted(report.accepted))}", 2_000))
+    summary = ", ".join(f"{report.count(severity)} {severity}" for severity in SEVERITIES)
+    down = f"; simulated down: {', '.join(report.simulated_down)}" if report.simulated_down else ""
+    console.print(
+        visible(
+            f"{report.hosts} hosts, {report.triggers} triggers, live registry: {report.live}{down} -> {summary}", 2_000
+        )
+    )
+
+
+def print_hosts(console: Console, hosts: list[dict[str, object]], invalid: list[InvalidRow] | None = None) -> None:
+    """The registry as every router reads it: the routes flag and the capability tokens a peer honours; and the
+    rows nobody routes to, with why."""
+    table = Table(title=f"Live registry ({len(hosts)} hosts)")
+    for column in ("name", "routes", "caps", "stale", "version", "tz", "concurrency"):
+        table.add_column(column)
+    for host in hosts:
+        stale = host.get("staleMs")
+        seen = FleetHost.of_row(host)
+        table.add_row(
+            visible(seen.name),
+            visible(seen.routes),
+            visible(seen.caps or "-"),
+            visible(f"{int(stale) / 1000:.0f} s" if isinstance(stale, int) else "undatable"),
+            *(visible(host.get(field, "")) for field in ("version", "tz", "concurrency")),
+        )
+    console.print(table)
+    if invalid:
+        refused = Table(title=f"Invalid rows ({len(invalid)}): never routed to")
+        refused.add_column("registry entry")
+        refused.add_column("why")
+        for row in invalid:
+            refused.add_row(visible(row.member), visible(row.reason))
+        console.print(refused)
+
+
+def print_host_queues(console: Console, queues: list[HostQueue], after_ms: int, now_ms: int) -> None:
+    """Each named host's queue: what it holds, and when its jobs move if its host is silent."""
+    table = Table(
+        title=f"Host queues ({len(queues)}); a silent host's jobs move to the live fleet after {after_ms // 1000} s"
+    )
+    for column in ("queue", "jobs", "host", "re-homed"):
+        table.add_column(column)
+    for queue in queues:
+        due = queue.due_ms(after_ms)
+        if queue.silent_since_ms is None or due is None:
+            host, when = "live", "-"
+        else:
+            host = f"silent since {iso_string(queue.silent_since_ms)}"
+            when = "due now" if due <= now_ms else f"at {iso_string(due)} (in {(due - now_ms) // 1000} s)"
+        table.add_row(visible(queue.queue), visible(queue.counts.describe()), visible(host), visible(when))
+    console.print(table)
+
+
+def print_runs(console: Console, runs: list[Any], degraded: str, skipped: int = 0) -> None:
+    title = (
+        "RUNS · this host only"
+        if degraded.startswith("unreachable")
+        else f"RUNS · fleet ({', '.join(plain(name) for name in hosts_in(runs)) or 'none'})"
+    )
+    table = Table(title=Text(plain(f"{title} · mirror {degraded}", 2_000)))
+    for column in ("ended", "job id", "host", "kind", "outcome", "reason"):
+        table.add_column(column)
+    for run in runs:
+        if not isinstance(run, dict):
+            skipped += 1
+            continue
+        table.add_row(
+            visible(run.get("endedAt") or run.get("startedAt") or "?"),
+            visible(run.get("jobId")),
+            visible(run.get("host") or "?"),
+            visible(run.get("kind") or ""),
+            visible(run.get("outcome") or ""),
+            visible(run.get("reason") or "-"),
+        )
+    console.print(table)
+    if skipped:
+        console.print(f"{skipped} malformed records skipped")

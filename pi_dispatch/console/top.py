@@ -1,0 +1,245 @@
+"""`pi-dispatch top`: the fleet as it runs, one frame about every second.
+
+A frame costs a few bounded round trips whatever the store holds: the registry (SMEMBERS and one pipelined
+HGETALL per host), five counters and the oldest waiting job per queue (LLEN, ZCARD, LINDEX, HGET), the re-home
+clock of each host queue (GET), and the newest mirrored runs (ZREVRANGEBYSCORE with a LIMIT, then MGET). The
+host queues shown are those of the registry's routable hosts and any seen before; queues of hosts gone from the
+registry are found by a SCAN of queue meta keys at start and then at most once a minute. An unreachable store
+gives a frame that says so, and the next frame tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from pi_dispatch.console.terminal import plain, visible
+from pi_dispatch.core.capabilities import is_live, is_stuck
+from pi_dispatch.core.jscompat import finite, iso_string, js_number
+from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
+from pi_dispatch.fleet.hosts import FleetHost, HostQueue
+from pi_dispatch.fleet.liveness import not_draining
+from pi_dispatch.fleet.mirror import read_mirrored_runs
+from pi_dispatch.fleet.registry import InvalidRow, LiveHosts, read_live_hosts
+from pi_dispatch.fleet.rehome import host_queue_names, oldest_waiting_ms, queue_counts, read_host_queues
+from pi_dispatch.infra.clock import wall_ms
+from pi_dispatch.infra.valkey import connect, describe, shown
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+REFRESH_S: Final = 1.0
+DISCOVER_S: Final = 60.0  # how often the SCAN for host queues whose host has left the registry runs
+LATEST_RUNS: Final = 10
+QUIT_KEYS: Final = frozenset(b"qQ")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What one refresh read. `unreachable` says why there is nothing else."""
+
+    at_ms: int
+    store: str
+    unreachable: str | None = None
+    hosts: list[dict[str, object]] = field(default_factory=list)
+    invalid: list[InvalidRow] = field(default_factory=list)
+    queues: list[HostQueue] = field(default_factory=list)  # the shared queue first, then each host's
+    runs: list[Any] = field(default_factory=list)
+    mirror: str = "off"
+
+
+@dataclass
+class FrameReader:
+    """Reads frames from one connection, remembering the host queues it has seen."""
+
+    client: aioredis.Redis
+    store: str
+    known: set[str] = field(default_factory=set)
+    discovered_at: float | None = None
+
+    async def read(self) -> Frame:
+        now_ms = wall_ms()
+        live = await read_live_hosts(self.client, prune=False)
+        if not isinstance(live, LiveHosts):
+            return Frame(now_ms, self.store, unreachable=live.reason)
+        try:
+            await self._discover()
+            self.known.update(
+                host_queue_name(str(row["name"])) for row in live.hosts if FleetHost.of_row(row).routes == "true"
+            )
+            shared = await queue_counts(self.client, SHARED_QUEUE)
+            queues = [HostQueue(SHARED_QUEUE, "", shared, None, await oldest_waiting_ms(self.client, SHARED_QUEUE))]
+            queues += await read_host_queues(self.client, live.hosts, now_ms, names=sorted(self.known))
+        except Exception as error:  # the store went away between two reads
+            return Frame(now_ms, self.store, unreachable=describe(error))
+        mirrored = await read_mirrored_runs(self.client, limit=LATEST_RUNS)
+        return Frame(now_ms, self.store, None, live.hosts, live.invalid, queues, mirrored.runs, mirrored.degraded)
+
+    async def _discover(self) -> None:
+        if self.discovered_at is not None and time.monotonic() - self.discovered_at < DISCOVER_S:
+            return
+        self.known.update(await host_queue_names(self.client))
+        self.discovered_at = time.monotonic()
+
+
+def _ago(now_ms: int, at: object) -> str:
+    stamp = js_number(at)
+    if not finite(stamp) or stamp <= 0:
+        return "-"
+    return f"{max(0, now_ms - int(stamp)) // 1000} s ago"
+
+
+def _slots(row: Mapping[str, object]) -> str:
+    total, free = js_number(row.get("concurrency")), js_number(row.get("slotsFree"))
+    if not finite(total):
+        return "?"
+    return f"{int(total - free)}/{int(total)}" if finite(free) else f"?/{int(total)}"
+
+
+def _routable(row: Mapping[str, object]) -> Text:
+    if not is_live(row):
+        return Text("no: silent", style="red")
+    if is_stuck(row):
+        return Text("no: stuck", style="red")
+    if FleetHost.of_row(row).routes != "true":
+        return Text("shared only", style="yellow")
+    return Text("yes", style="green")
+
+
+def hosts_table(frame: Frame) -> Table:
+    table = Table(title=f"Hosts ({len(frame.hosts)})", expand=True)
+    for column in ("host", "routable", "caps", "beat", "up since", "slots", "last poll", ""):
+        table.add_column(column, overflow="fold")
+    for row in frame.hosts:
+        stale = row.get("staleMs")
+        beat = f"{int(stale) // 1000} s ago" if isinstance(stale, int) else "undatable"
+        draining = not_draining(row, frame.at_ms)
+        table.add_row(
+            visible(row.get("name")),
+            _routable(row),
+            visible(FleetHost.of_row(row).caps or "-"),
+            visible(beat),
+            visible(_ago(frame.at_ms, row.get("startedAt"))),
+            visible(_slots(row)),
+            visible(_ago(frame.at_ms, row.get("polledAt"))),
+            Text("NOT DRAINING", style="bold red") if draining is not None else Text(""),
+        )
+    return table
+
+
+def queues_table(frame: Frame, rehome_after_ms: int) -> Table:
+    states = ("waiting", "delayed", "prioritized", "active", "failed")
+    table = Table(title="Queues", expand=True)
+    for column in ("queue", *states, "oldest waiting", "re-home"):
+        table.add_column(column, justify="right" if column in states else "left")
+    for queue in frame.queues:
+        counts = queue.counts.by_state()
+        due = queue.due_ms(rehome_after_ms)
+        if due is None:
+            rehome = "-"
+        elif queue.counts.movable == 0:
+            rehome = "silent host, nothing to move"
+        else:
+            rehome = "due now" if due <= frame.at_ms else f"in {(due - frame.at_ms) // 1000} s"
+        table.add_row(
+            visible(queue.queue),
+            *(Text(str(counts[state])) for state in states),
+            visible(_ago(frame.at_ms, queue.oldest_waiting_ms)),
+            visible(rehome),
+        )
+    return table
+
+
+def runs_table(frame: Frame) -> Table:
+    table = Table(title=Text(plain(f"Latest runs (mirror {frame.mirror})")), expand=True)
+    for column in ("ended", "job id", "host", "outcome", "reason"):
+        table.add_column(column, overflow="fold")
+    for run in frame.runs:
+        if isinstance(run, dict):
+            table.add_row(*(visible(run.get(key) or "-") for key in ("endedAt", "jobId", "host", "outcome", "reason")))
+    return table
+
+
+def render(frame: Frame, rehome_after_ms: int, *, live: bool = True) -> RenderableType:
+    """One frame as rich renderables (`live`: with how to leave); every value from the store is plain text."""
+    leave = " · q or Ctrl-C to leave" if live else ""
+    header = Text(plain(f"pi-dispatch top · {frame.store} · {iso_string(frame.at_ms)}{leave}"))
+    if frame.unreachable is not None:
+        again = "; trying again every second" if live else ""
+        message = f"Valkey is unreachable ({frame.unreachable}){again}."
+        return Group(header, Panel(visible(message, 2_000), style="red"))
+    parts: list[RenderableType] = [header, hosts_table(frame), queues_table(frame, rehome_after_ms)]
+    if frame.invalid:
+        parts.append(Text(plain(f"{len(frame.invalid)} registry rows refused as invalid (see pi-dispatch hosts)")))
+    parts.append(runs_table(frame))
+    return Group(*parts)
+
+
+@contextlib.contextmanager
+def _keys_that_quit(stop: asyncio.Event) -> Iterator[None]:
+    """`q` sets stop (the terminal in cbreak mode, restored on the way out); Ctrl-C and SIGTERM do too."""
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    fd = sys.stdin.fileno() if sys.stdin.isatty() else None
+    saved = None
+    if fd is not None:
+        import termios
+        import tty
+
+        saved = termios.tcgetattr(fd)
+        tty.setcbreak(fd)
+
+        def on_key() -> None:
+            if QUIT_KEYS & set(os.read(fd, 64)):
+                stop.set()
+
+        loop.add_reader(fd, on_key)
+    try:
+        yield
+    finally:
+        if fd is not None and saved is not None:
+            import termios
+
+            loop.remove_reader(fd)
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+async def watch(console: Console, url: str, password: str | None, rehome_after_ms: int, *, once: bool) -> int:
+    """Print one frame (`once`: exit 1 when the store is unreachable), or refresh full-screen until q or Ctrl-C."""
+    from rich.live import Live
+
+    client = connect(url, password)
+    reader = FrameReader(client, shown(url))
+    try:
+        if once:
+            frame = await reader.read()
+            console.print(render(frame, rehome_after_ms, live=False))
+            return 0 if frame.unreachable is None else 1
+        stop = asyncio.Event()
+        with (
+            _keys_that_quit(stop),
+            Live(console=console, screen=True, auto_refresh=False, redirect_stderr=False) as live,
+        ):
+            while not stop.is_set():
+                live.update(render(await reader.read(), rehome_after_ms), refresh=True)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), REFRESH_S)
+        return 0
+    finally:
+        with contextlib.suppress(Exception):
+            await client.aclose()

@@ -1,0 +1,115 @@
+"""Jobs: the kinds, the delivery job id routing hashes, the semantic dedup id, the options, and what the worker
+reads of a queued job.
+
+Pure. Names and formats are the reference's, so a Node receiver and this one dedup the same delivery
+to the same job and route it to the same host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Mapping
+from typing import Any, Final, Protocol
+
+from pi_dispatch.core.errors import PiDispatchError
+from pi_dispatch.core.jscompat import get, js_string, nullish
+
+FORGE_PREFIX: Final = {"github": "gh-", "gitlab": "gl-", "forgejo": "fj-", "azure": "az-"}
+FORGE_KINDS: Final = frozenset(FORGE_PREFIX)
+LOCAL_KIND: Final = "local"  # a cron job run on the host that scheduled it
+JOB_KINDS: Final = FORGE_KINDS | {LOCAL_KIND}
+# What a trigger fires on (`on.type`), as its jobs' records name it (`triggerType`).
+TRIGGER_TYPES: Final = frozenset({"cron", "label", "comment", "pull_request", "issue"})
+DELIVERY_HEADER: Final = {
+    "github": "X-GitHub-Delivery GUID",
+    "gitlab": "X-Gitlab-Event-UUID",
+    "forgejo": "X-Forgejo-Delivery",
+    "azure": "Azure DevOps notification id",
+}
+DEDUP_TTL_MS: Final = 600_000
+RETENTION_S: Final = 31 * 24 * 3600
+FORGE_JOB_OPTIONS: Final[Mapping[str, Any]] = {
+    "attempts": 2,
+    "backoff": {"type": "exponential", "delay": 60_000},
+    "removeOnComplete": {"age": RETENTION_S},
+    "removeOnFail": {"age": RETENTION_S},
+}
+
+
+def target_separator(kind: object, target_type: object) -> str:
+    """`#` for issues everywhere and pull requests on GitHub and Forgejo; `!` for GitLab and Azure PRs."""
+    return "!" if target_type == "pull_request" and kind in ("gitlab", "azure") else "#"
+
+
+class JobIdError(PiDispatchError):
+    """A delivery that cannot be given a job id."""
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def forge_delivery_job_id(kind: str, delivery_id: object, replica: object = None) -> str:
+    """`<prefix><delivery id>[-r<replica>]`, the id a forge job is enqueued (and routed) under."""
+    prefix = FORGE_PREFIX.get(kind)
+    if prefix is None:
+        raise JobIdError(f"kind {kind!r}: not a forge; use one of {', '.join(FORGE_PREFIX)}")
+    if nullish(delivery_id) or js_string(delivery_id) == "":
+        raise JobIdError(f"{kind} delivery: no {DELIVERY_HEADER[kind]}; the forge must send one")
+    job_id = prefix + js_string(delivery_id)
+    if nullish(replica):
+        return job_id
+    if not _positive_int(replica):
+        raise JobIdError(f"replica {replica!r}: must be a positive integer")
+    return f"{job_id}-r{replica}"
+
+
+# The action that closes a pull request, in each forge's own words (Azure has none the payload can show).
+PR_CLOSE_ACTION: Final[Mapping[str, str]] = {"github": "closed", "gitlab": "close", "forgejo": "closed"}
+_PR_CLOSE_WORDS: Final = frozenset(PR_CLOSE_ACTION.values())
+
+
+def semantic_dedup_id(kind: str, job: Mapping[str, Any]) -> str:
+    """`<repo><sep><number>:[closed:]<flow | cmd:<command>>[:r<replica>]`: one live job per target and flow."""
+    target = get(job, "target")
+    matched = get(get(job, "trigger"), "matched")
+    matched_type = get(matched, "type")
+    action = get(matched, "action")
+    closing = matched_type == "issue" or (
+        matched_type == "pull_request" and isinstance(action, str) and action in _PR_CLOSE_WORDS
+    )
+    command = get(job, "command")
+    slot = f"cmd:{js_string(command)}" if isinstance(command, str) and command else js_string(get(job, "flow"))
+    dedup = (
+        f"{js_string(get(job, 'repo'))}{target_separator(kind, get(target, 'type'))}{js_string(get(target, 'number'))}"
+        f":{'closed:' if closing else ''}{slot}"
+    )
+    replica = get(job, "replica")
+    return f"{dedup}:r{replica}" if _positive_int(replica) else dedup
+
+
+# A forge job's data keys after `kind`, in the reference's order. Listed rather than copied wholesale: the data
+# is durable and its `trigger` reaches the container, so a field nobody reviewed has no business in it.
+FORGE_DATA_KEYS: Final = (
+    "repo", "projectId", "azure", "target", "flow", "command", "trigger", "provider", "model", "maxTurns",
+    "models", "maxCostUsd", "packages", "image", "backend", "excludeTools", "skillsDir", "instructions",
+    "resume", "secrets", "secretsProfile", "waitFor", "replica", "replicas",
+)  # fmt: skip
+
+
+def forge_job_data(kind: str, job: Mapping[str, Any]) -> dict[str, Any]:
+    """The data a forge job is stored with: its kind, then each known field the job carries."""
+    return {"kind": kind} | {key: job[key] for key in FORGE_DATA_KEYS if key in job}
+
+
+class QueuedJob(Protocol):
+    """What the worker reads and does of a BullMQ job. Its data is untrusted: each use checks what it reads."""
+
+    id: str | None
+    name: str
+    data: Any
+    opts: dict[str, Any]
+    attemptsMade: int
+
+    def moveToDelayed(self, timestamp: int, token: str | None = None) -> Awaitable[Any]: ...
+
+    def updateData(self, data: Any) -> Awaitable[Any]: ...

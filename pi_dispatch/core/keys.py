@@ -1,0 +1,84 @@
+"""Every Valkey key and BullMQ queue name the fleet shares with the Node reference, in one place."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pi_dispatch.core.names import WORKER_NAME_RE
+
+HOST_LIVE: Final = "host:live"
+HOST_ROW_PREFIX: Final = "host:h:"
+RUNS_INDEX: Final = "runs:index"
+RUN_RECORD_PREFIX: Final = "runs:rec:"
+SHARED_QUEUE: Final = "pi-jobs"
+BULL_PREFIX: Final = "bull"
+WAIT_CHECK_LEASE_PREFIX: Final = "wait:check:"
+# This port's own keys (a Node fleet neither reads nor writes them): the re-homing lease, and since when each
+# named host has been seen without a live row.
+REHOME_LEASE: Final = "rehome:lease"
+REHOME_SINCE_PREFIX: Final = "rehome:since:"
+
+
+def host_row_key(worker_name: str) -> str:
+    """The hash holding one host's self-description."""
+    return f"{HOST_ROW_PREFIX}{worker_name}"
+
+
+def rehome_since_key(worker_name: str) -> str:
+    """Since when (epoch ms) a named host has been seen without a live registry row."""
+    return f"{REHOME_SINCE_PREFIX}{worker_name}"
+
+
+def bull_key(queue: str, suffix: str) -> str:
+    """One of BullMQ's keys for a queue (`wait`, `delayed`, `marker`, ...), or a job's hash by its id."""
+    return f"{BULL_PREFIX}:{queue}:{suffix}"
+
+
+def run_record_key(sanitized_job_id: str) -> str:
+    """One mirrored run record's bytes."""
+    return f"{RUN_RECORD_PREFIX}{sanitized_job_id}"
+
+
+def host_queue_name(worker_name: str) -> str:
+    """The queue a host with a declared name drains besides the shared one."""
+    return f"{SHARED_QUEUE}@{worker_name}"
+
+
+def worker_of_queue(queue_name: str) -> str | None:
+    """The worker a host queue belongs to, or None when the name is not a legal host queue."""
+    head, at, name = queue_name.partition("@")
+    if head != SHARED_QUEUE or not at or WORKER_NAME_RE.fullmatch(name) is None:
+        return None
+    return name
+
+
+def _declared_routes(row: object) -> str | None:
+    if not isinstance(row, dict):
+        return None
+    name, routes = row.get("name"), row.get("routes")
+    if (routes is True or routes == "true") and isinstance(name, str) and WORKER_NAME_RE.fullmatch(name):
+        return name
+    return None
+
+
+def fleet_queue_names(rows: object) -> list[str]:
+    """The shared queue, then the queue of every row that routes and has a legal name, sorted."""
+    names = {_declared_routes(row) for row in rows} if isinstance(rows, list) else set()
+    return [SHARED_QUEUE, *sorted(host_queue_name(name) for name in names if name is not None)]
+
+
+def union_queue_names(first: list[str], second: list[str]) -> list[str]:
+    """The shared queue first, then every other queue named in either list, sorted."""
+    return [SHARED_QUEUE, *sorted((set(first) | set(second)) - {SHARED_QUEUE})]
+
+
+HOST_QUEUE_META_PATTERN: Final = f"{BULL_PREFIX}:{SHARED_QUEUE}@*:meta"
+
+
+def queue_of_meta_key(key: str) -> str | None:
+    """The host queue a `bull:pi-jobs@<name>:meta` key belongs to, when the name is legal."""
+    head = f"{BULL_PREFIX}:"
+    if not key.startswith(head) or not key.endswith(":meta"):
+        return None
+    queue = key[len(head) : -len(":meta")]
+    return queue if worker_of_queue(queue) is not None else None

@@ -1,0 +1,200 @@
+"""Routed enqueue: which queue a forge delivery belongs on, and the BullMQ add with the reference's options.
+
+The router reads the registry at most once per 5 s (one read in flight, bounded at 1.5 s; a failed or
+unreachable read is cached as "no hosts" for the window, which routes nothing). A job that needs
+nothing host-specific never touches the registry. The decision is `RouteTable.route`, equal to the
+reference's `routeForgeJob` for the same hosts and job id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple
+
+from pi_dispatch.core.capabilities import RouteTable, job_needs
+from pi_dispatch.core.jobs import (
+    DEDUP_TTL_MS,
+    FORGE_JOB_OPTIONS,
+    JobIdError,
+    forge_delivery_job_id,
+    forge_job_data,
+    semantic_dedup_id,
+)
+from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
+from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
+from pi_dispatch.infra.events import EventLog, discard
+from pi_dispatch.infra.valkey import bounded
+
+HOSTS_TTL_S: Final = 5.0
+READ_TIMEOUT_S: Final = 1.5
+ADD_TIMEOUT_S: Final = 5.0
+
+HostsReader = Callable[[], Awaitable[list[dict[str, object]]]]
+
+
+def registry_reader(client: Any) -> HostsReader:
+    """Read live hosts from a Valkey client; an unreachable registry raises, so the router caches it as empty."""
+
+    async def read() -> list[dict[str, object]]:
+        result = await read_live_hosts(client, timeout_s=READ_TIMEOUT_S)
+        if not isinstance(result, LiveHosts):
+            raise ConnectionError(result.reason)
+        return result.hosts
+
+    return read
+
+
+def _delivery_job_id(kind: str, job: Mapping[str, Any]) -> str:
+    trigger = job.get("trigger")
+    delivery = trigger.get("deliveryId") if isinstance(trigger, Mapping) else None
+    return forge_delivery_job_id(kind, delivery, job.get("replica"))
+
+
+@dataclass
+class ForgeRouter:
+    """Chooses a forge job's queue from a cached registry snapshot."""
+
+    read_hosts: HostsReader
+    clock: Callable[[], float] = time.monotonic
+    ttl_s: float = HOSTS_TTL_S
+    read_timeout_s: float = READ_TIMEOUT_S
+    log: EventLog = discard
+    reads: int = 0
+    _table: RouteTable | None = None
+    _read_at: float = float("-inf")
+    _inflight: asyncio.Future[RouteTable] | None = field(default=None, repr=False)
+
+    async def _snapshot(self) -> RouteTable:
+        if self._table is not None and self.clock() - self._read_at < self.ttl_s:
+            return self._table
+        if self._inflight is None:
+            self._inflight = asyncio.ensure_future(self._read())
+        try:
+            return await asyncio.shield(self._inflight)
+        finally:
+            if self._inflight is not None and self._inflight.done():
+                self._inflight = None
+
+    async def _read(self) -> RouteTable:
+        self.reads += 1
+        try:
+            hosts = await bounded(self.read_hosts(), self.read_timeout_s)
+        except Exception:
+            hosts = []  # unreachable and empty both route nothing; cached so an outage costs one read per window
+        self._table, self._read_at = RouteTable.from_hosts(hosts), self.clock()
+        return self._table
+
+    async def queue_for(self, kind: str, job: Mapping[str, Any]) -> str:
+        """`pi-jobs@<host>` for a job routed to a host, else the shared queue."""
+        needs = job_needs(job)
+        if not needs:
+            return SHARED_QUEUE
+        try:
+            job_id = _delivery_job_id(kind, job)
+        except JobIdError:
+            return SHARED_QUEUE
+        host = (await self._snapshot()).route(needs, job_id)
+        if host is None:
+            return SHARED_QUEUE
+        self.log("forge_job_routed", {"kind": kind, "host": host, "needs": ",".join(needs)})
+        return host_queue_name(host)
+
+
+def forge_job_options(kind: str, job: Mapping[str, Any]) -> dict[str, Any]:
+    """The reference's options for a forge job: attempts, backoff, retention, job id and dedup."""
+    return {
+        **FORGE_JOB_OPTIONS,
+        "jobId": _delivery_job_id(kind, job),
+        "deduplication": {"id": semantic_dedup_id(kind, job), "ttl": DEDUP_TTL_MS},
+    }
+
+
+class Enqueued(NamedTuple):
+    """Where a job went. `kept` is the job BullMQ kept: another one's id when the dedup window dropped it."""
+
+    queue: str
+    job_id: str
+    kept: str
+
+    @property
+    def deduplicated(self) -> bool:
+        return self.kept != self.job_id
+
+
+@dataclass
+class Enqueuer:
+    """Adds forge jobs through BullMQ, one pooled Queue per queue name, opened on first use.
+
+    Adds that arrive together are sent together: the first add to a queue waits for the rest of the current
+    event-loop turn, then every add gathered by then goes in one BullMQ `addBulk` (one round trip, one
+    MULTI/EXEC). Each add still answers for its own job: the id BullMQ kept, or the error that sank the batch.
+    """
+
+    connection: str
+    router: ForgeRouter
+    add_timeout_s: float = ADD_TIMEOUT_S
+    queues: dict[str, Any] = field(default_factory=dict)
+    _gathering: dict[str, list[_Add]] = field(default_factory=dict, repr=False)
+    _flushing: set[asyncio.Task[None]] = field(default_factory=set, repr=False)
+
+    def _queue(self, name: str) -> Any:
+        if name not in self.queues:
+            from bullmq import Queue
+
+            self.queues[name] = Queue(name, {"connection": self.connection})
+        return self.queues[name]
+
+    async def enqueue_forge_job(self, kind: str, job: Mapping[str, Any]) -> Enqueued:
+        """Route and add the job. Raises JobIdError for an unusable delivery."""
+        options = forge_job_options(kind, job)
+        name = await self.router.queue_for(kind, job)
+        loop = asyncio.get_running_loop()
+        add = _Add(kind, forge_job_data(kind, job), options, loop.create_future())
+        gathering = self._gathering.setdefault(name, [])
+        gathering.append(add)
+        if len(gathering) == 1:
+            loop.call_soon(self._send, name)
+        kept = await add.answer
+        return Enqueued(name, str(options["jobId"]), kept)
+
+    def _send(self, name: str) -> None:
+        task = asyncio.ensure_future(self._add_bulk(name, self._gathering.pop(name, [])))
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    async def _add_bulk(self, name: str, adds: list[_Add]) -> None:
+        try:
+            # asyncio.timeout rather than bounded(): no task per add, and a cancelled add unwinds at once, since
+            # BullMQ's client drops the connection it was reading from.
+            async with asyncio.timeout(self.add_timeout_s):
+                added = await self._queue(name).addBulk(
+                    [{"name": add.kind, "data": add.data, "opts": add.options} for add in adds]
+                )
+        except BaseException as error:  # every add of the batch answers with the error, then it goes on up
+            for add in adds:
+                if not add.answer.done():
+                    add.answer.set_exception(error if isinstance(error, Exception) else ConnectionError("cancelled"))
+            if not isinstance(error, Exception):
+                raise
+            return
+        for add, job in zip(adds, added, strict=True):
+            if not add.answer.done():
+                add.answer.set_result(str(job.id) if job.id is not None else str(add.options["jobId"]))
+
+    async def close(self) -> None:
+        if self._flushing:
+            await asyncio.gather(*self._flushing, return_exceptions=True)
+        for queue in self.queues.values():
+            await queue.close()
+        self.queues.clear()
+
+
+@dataclass
+class _Add:
+    kind: str
+    data: dict[str, Any]
+    options: dict[str, Any]
+    answer: asyncio.Future[str]

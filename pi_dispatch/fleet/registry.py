@@ -1,0 +1,275 @@
+"""The host registry on Valkey: this host's heartbeat row, and the reader of everyone's.
+
+Wire-compatible with the reference: `host:live` is a set of names, `host:h:<name>` a hash of string
+fields, beats every 15 s with a 90 s TTL. Each beat is one round trip (a MULTI of DEL, HSET, PEXPIRE and
+SADD, so the row is exactly this beat's facts and never half-written). Nothing here raises: an outage
+is logged once when it starts and once when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from pi_dispatch.core.capabilities import CAP_SECRET, CAP_WAIT
+from pi_dispatch.core.jscompat import finite, js_number, js_sorted, js_string, utf16_key
+from pi_dispatch.core.keys import HOST_LIVE, host_row_key
+from pi_dispatch.core.names import PROFILE_NAME_RE, WORKER_NAME_RE, worker_name_problem
+from pi_dispatch.infra.clock import wall_ms
+from pi_dispatch.infra.events import EventLog, discard
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+HOST_BEAT_MS: Final = 15_000
+HOST_TTL_MS: Final = 90_000
+# How far ahead of the reader's clock a beat may be and still count: hosts' clocks differ a little, never by more.
+CLOCK_SKEW_MS: Final = 60_000
+# A value that looks like a filesystem path is operator topology, not a fact peers need.
+PATH_LIKE: Final = re.compile(r"^[/\\]|\\|^[A-Za-z]:[/\\]")
+
+Fact = object | Callable[[], object]
+
+
+def _fact_text(value: Fact) -> str:
+    if callable(value):
+        try:
+            value = value()
+        except Exception:
+            return ""
+    return "" if value is None else js_string(value)
+
+
+@dataclass
+class HostRegistry:
+    """This host's row. `start`, `publish` and `close` never raise; each call is bounded."""
+
+    client: aioredis.Redis
+    name: str
+    now: Callable[[], int] = wall_ms
+    log: EventLog = discard
+    timeout_s: float = OP_TIMEOUT_S
+    beat_ms: int = HOST_BEAT_MS
+    facts: dict[str, Fact] = field(default_factory=dict)
+    progress: Callable[[], Mapping[str, str]] | None = None  # fields read afresh for every beat, all at once
+    _closed: bool = False
+    _unreachable: bool = False
+    _unreachable_since: float | None = None  # monotonic: when the first beat of the current outage failed
+    last_beat_ms: int = 0  # wall clock of the last beat the store took
+    _refused: set[str] = field(default_factory=set)
+    _timer: asyncio.Task[None] | None = None
+    _inflight: asyncio.Task[bool] | None = None
+
+    def row(self) -> dict[str, str]:
+        """The fields the next beat writes: facts re-evaluated, stringified, path-like values dropped."""
+        fields = {key: _fact_text(value) for key, value in self.facts.items()}
+        if self.progress is not None:
+            with contextlib.suppress(Exception):  # a beat without its progress facts beats all the same
+                fields.update(self.progress())
+        fields.update(name=self.name, beatAt=str(self.now()))
+        for key, text in list(fields.items()):
+            if PATH_LIKE.search(text):
+                del fields[key]
+                if key not in self._refused:
+                    self._refused.add(key)
+                    self.log("host_registry_field_refused", {"field": key})
+        return fields
+
+    async def _beat(self) -> bool:
+        if self._closed:
+            return False
+        key = host_row_key(self.name)
+        try:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.delete(key)
+            pipe.hset(key, mapping=self.row())
+            pipe.pexpire(key, HOST_TTL_MS)
+            pipe.sadd(HOST_LIVE, self.name)
+            await bounded(pipe.execute(), self.timeout_s)
+        except Exception as error:
+            if not self._unreachable and not self._closed:
+                self._unreachable, self._unreachable_since = True, time.monotonic()
+                self.log("host_registry_unreachable", {"reason": describe(error)})
+            return False
+        self.last_beat_ms = self.now()
+        if self._unreachable and not self._closed:
+            self._unreachable, self._unreachable_since = False, None
+            self.log("host_registry_restored", {})
+        return True
+
+    def unreachable_for(self) -> float:
+        """Seconds since the store stopped taking this host's beats (0 while it takes them)."""
+        return 0.0 if self._unreachable_since is None else time.monotonic() - self._unreachable_since
+
+    async def publish(self) -> bool:
+        """Beat now with the current facts. A beat already in flight is awaited, not duplicated."""
+        if self._closed:
+            return False
+        if self._inflight is None or self._inflight.done():
+            self._inflight = asyncio.ensure_future(self._beat())
+        return await asyncio.shield(self._inflight)
+
+    async def start(self, facts: Mapping[str, Fact] | None = None) -> bool:
+        """Record the facts, beat once, then keep beating. A second start only publishes."""
+        if self._timer is not None or self._closed:
+            return await self.publish()
+        self.facts.update(facts or {})
+        self.facts["startedAt"] = str(self.now())
+        first = await self.publish()
+        self._timer = asyncio.ensure_future(self._beat_forever())
+        return first
+
+    async def _beat_forever(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.beat_ms / 1000)
+            await self.publish()
+
+    async def close(self, *, keep_row: bool = False) -> None:
+        """Stop beating and remove this host's row and membership (`keep_row`: leave the last row to age out, so
+        readers go on seeing what it said until a restarted worker replaces it). Idempotent, bounded."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            with contextlib.suppress(BaseException):
+                await self._timer
+        if self._inflight is not None and not self._inflight.done():
+            # The row is deleted only once a beat in flight has landed, so it cannot resurrect it.
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(self._inflight), self.timeout_s)
+        if keep_row:
+            return
+        with contextlib.suppress(Exception):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.delete(host_row_key(self.name))
+            pipe.srem(HOST_LIVE, self.name)
+            await bounded(pipe.execute(), self.timeout_s)
+
+
+@dataclass(frozen=True)
+class LiveHosts:
+    """Rows read from the registry: wire fields as strings plus the derived `staleMs`; and the rows refused."""
+
+    hosts: list[dict[str, object]]
+    invalid: list[InvalidRow] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class InvalidRow:
+    """A row nobody routes to, and why: written by a peer that breaks the contract, or by someone forging it."""
+
+    member: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Unreachable:
+    """The registry could not be read. Not the same answer as an empty fleet."""
+
+    reason: str
+
+
+def _decode(raw: bytes | str) -> str:
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+
+
+def host_from_row(member: str, row: Mapping[str, str], now_ms: int) -> dict[str, object] | InvalidRow:
+    """A reader's host: the row's fields, its name, and `staleMs` when the row can be dated; or why it is refused.
+
+    A row with no readable `beatAt` gets no `staleMs` at all, which routing reads as not live. A name that is not a
+    worker name, or differs from the registry entry it was found under, or a beat further ahead than the clock
+    skew allowed, is refused: such a row would otherwise steer routing to a queue nobody drains, or stay live
+    forever. Unknown fields stay (Node rows carry more).
+    """
+    name = row.get("name") or member
+    if worker_name_problem(name) is not None:
+        return InvalidRow(member, "its name is not a worker name")
+    if name != member:
+        return InvalidRow(member, f"its name differs from the registry entry it is under ({name!r})")
+    host: dict[str, object] = dict(row)
+    host["name"] = name
+    beat = js_number(row["beatAt"]) if row.get("beatAt", "").strip() else math.nan
+    if finite(beat):
+        ahead = int(beat) - now_ms
+        if ahead > CLOCK_SKEW_MS:
+            return InvalidRow(member, f"its beat is {ahead // 1000} s in the future (a skewed clock, or forged)")
+        host["staleMs"] = max(0, now_ms - int(beat))
+    return host
+
+
+async def read_live_hosts(
+    client: aioredis.Redis | None,
+    *,
+    now: Callable[[], int] = wall_ms,
+    timeout_s: float = OP_TIMEOUT_S,
+    prune: bool = True,
+) -> LiveHosts | Unreachable:
+    """Every registered host, sorted by name. Two round trips whatever the fleet size (three to prune)."""
+    if client is None:
+        return Unreachable("no Valkey configured")
+    try:
+        raw_members = await bounded(client.smembers(HOST_LIVE), timeout_s)
+        members = js_sorted(_decode(member) for member in raw_members)
+        pipe = client.pipeline(transaction=False)
+        for member in members:
+            pipe.hgetall(host_row_key(member))
+        rows = await bounded(pipe.execute(raise_on_error=False), timeout_s) if members else []
+    except Exception as error:
+        return Unreachable(describe(error))
+    now_ms = now()
+    hosts: list[dict[str, object]] = []
+    invalid: list[InvalidRow] = []
+    ghosts: list[str] = []
+    for member, raw_row in zip(members, rows, strict=True):
+        if isinstance(raw_row, BaseException):
+            invalid.append(InvalidRow(member, "its entry is not a hash"))
+            continue
+        if not raw_row:
+            ghosts.append(member)
+            continue
+        row = {_decode(key): _decode(value) for key, value in raw_row.items()}
+        read = host_from_row(member, row, now_ms)
+        if isinstance(read, InvalidRow):
+            invalid.append(read)
+        else:
+            hosts.append(read)
+    if ghosts and prune:
+        with contextlib.suppress(Exception):
+            await bounded(client.srem(HOST_LIVE, *ghosts), timeout_s)
+    hosts.sort(key=lambda host: utf16_key(str(host["name"])))
+    return LiveHosts(hosts, invalid)
+
+
+_TOKEN: Final = f"[{CAP_SECRET}{CAP_WAIT}]:{PROFILE_NAME_RE.pattern}"
+_ROW_SHAPES: Final = {
+    "name": WORKER_NAME_RE,
+    "beatAt": re.compile(r"[0-9]{1,16}"),
+    "startedAt": re.compile(r"[0-9]{1,16}"),
+    "routes": re.compile(r"true|false"),
+    "caps": re.compile(rf"(?:{_TOKEN}(?:,{_TOKEN})*)?"),
+    "concurrency": re.compile(r"[0-9]*"),
+    "pid": re.compile(r"[0-9]*"),
+}
+
+
+def check_registry_row(row: object) -> list[str]:
+    """Why a registry row breaks the wire shape (all string values, name and beatAt, no paths), if it does."""
+    if not isinstance(row, Mapping):
+        return ["a row is a hash of fields"]
+    found = [f"{key} is missing" for key in ("name", "beatAt") if key not in row]
+    for key, value in row.items():
+        if not isinstance(value, str):
+            found.append(f"{key}: values are strings")
+        elif key in _ROW_SHAPES and not _ROW_SHAPES[key].fullmatch(value):
+            found.append(f"{key}: {value!r} is not valid")
+        elif PATH_LIKE.search(value):
+            found.append(f"{key}: {value!r} looks like a path")
+    return found

@@ -1,0 +1,251 @@
+"""The receiver's life: boot in the reference's order, serve, reload the triggers live, stop on a signal.
+
+Boot: the configuration (exit 2 on a refusal); GitHub's identity when GitHub is served; the store judged (a
+refused password is a config error, exit 2; no answer within 20 s exits 1); the queue and the router; the other
+forges' identities; listen; watch the triggers file. A forge identity that cannot be had exits 2 when the forge
+refused and 1 when it did not answer within the retry window. A liveness endpoint, when configured, listens
+apart from the webhook port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from aiohttp import web
+
+from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
+from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
+from pi_dispatch.infra.events import EventLog
+from pi_dispatch.infra.valkey import bounded, connect, describe, shown, with_password
+from pi_dispatch.receiver.endpoints import ReceiverConfig
+from pi_dispatch.receiver.forges.authority import azure_membership, forgejo_permission, github_closer, gitlab_access
+from pi_dispatch.receiver.forges.http import ForgeCallError, ForgeClient
+from pi_dispatch.receiver.forges.identity import (
+    GitHubTokens,
+    azure_identity,
+    forgejo_identity,
+    github_identity,
+    gitlab_identity,
+    with_retry,
+)
+from pi_dispatch.receiver.metrics import ReceiverMetrics
+from pi_dispatch.receiver.rules import Rules
+from pi_dispatch.receiver.server import Identities, Receiver, Resolvers, application
+from pi_dispatch.triggers.file import Trigger
+from pi_dispatch.triggers.watch import TriggerWatch
+
+STORE_WINDOW_S: Final = 20.0
+# What a store says when the credentials are wrong: a fact about the configuration, not an outage.
+REFUSALS: Final = ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password", "without any password")
+
+
+@dataclass
+class Stop:
+    """Set by a signal handler; `signal` names what stopped the receiver."""
+
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    signal: str = ""
+
+    def set(self, signal: str) -> None:
+        self.signal = signal
+        self.event.set()
+
+
+async def judge_store(url: str, password: str | None, window_s: float = STORE_WINDOW_S) -> None:
+    """Return once the store answers; ConfigError when it refuses the credentials; TimeoutError after window_s."""
+    client = connect(url, password)
+    deadline = time.monotonic() + window_s
+    try:
+        while True:
+            try:
+                await bounded(client.ping(), 2)
+                return
+            except Exception as error:
+                if any(word in str(error) for word in REFUSALS):
+                    raise ConfigError(
+                        [Problem("VALKEY_PASSWORD", "the store refuses it", fix="set the store's password")]
+                    ) from None
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"Valkey did not answer within {window_s:g} s ({describe(error)})") from None
+            await asyncio.sleep(1)
+    finally:
+        with contextlib.suppress(Exception):
+            await bounded(client.aclose(), 2)
+
+
+def _failed(error_log: EventLog, error: BaseException) -> int:
+    fields: dict[str, Any] = {"reason": str(error)}
+    if isinstance(error, ForgeCallError):
+        fields |= {k: v for k, v in (("status", error.status), ("requestId", error.request_id)) if v is not None}
+    error_log("receiver_start_failed", fields)
+    return int(getattr(error, "exit_code", ExitStatus.FAILURE))
+
+
+async def _health(config: ReceiverConfig, store: Any, metrics: ReceiverMetrics | None) -> web.AppRunner | None:
+    """GET /livez (the loop answers), /readyz (the store answers too) and /metrics, apart from the webhook port."""
+    address = config.settings.health_addr
+    if not address or metrics is None:
+        return None
+
+    async def live(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def ready(_: web.Request) -> web.Response:
+        try:
+            await bounded(store.ping(), 1)
+        except Exception:
+            return web.json_response({"status": "store-unreachable"}, status=503)
+        return web.json_response({"status": "ok"})
+
+    async def scraped(_: web.Request) -> web.Response:
+        body, content_type = metrics.exposition()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    app = web.Application()
+    app.router.add_get("/livez", live)
+    app.router.add_get("/readyz", ready)
+    app.router.add_get("/metrics", scraped)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    host, _, port = address.rpartition(":")
+    await web.TCPSite(runner, host.strip("[]"), int(port)).start()
+    return runner
+
+
+Attempt = Callable[[], Awaitable[Any]]
+Retried = Callable[[str, Attempt], Awaitable[Any]]
+
+
+async def _github(config: ReceiverConfig, client: ForgeClient, retried: Retried, log: EventLog, found: _Found) -> None:
+    """GitHub's identity and its closer lookups, when GitHub is served; else say why it is not."""
+    if config.github is None:
+        reason = "no GitHub trigger in the triggers file, and GITHUB_AUTH_SOURCE is not set"
+        log("github_arm_skipped", {"reason": reason})
+        return
+    tokens = GitHubTokens(config.github, client)
+    found.identities.github = await retried("github", lambda: github_identity(tokens))
+    log("self_identity", {"id": found.identities.github, "source": config.github.source})
+    found.resolvers.github = functools.partial(github_closer, tokens)
+
+
+async def _other_forges(
+    config: ReceiverConfig, client: ForgeClient, retried: Retried, log: EventLog, found: _Found
+) -> None:
+    """Each armed forge's identity, and the lookup of each delivery's actor."""
+    identities, resolvers = found.identities, found.resolvers
+    if config.gitlab is not None:
+        gitlab = config.gitlab
+        identities.gitlab = await retried("gitlab", lambda: gitlab_identity(gitlab, client))
+        log("self_identity", {"forge": "gitlab", "id": identities.gitlab, "mode": gitlab.verifier.mode})
+        resolvers.gitlab = functools.partial(gitlab_access, gitlab, client)
+    if config.forgejo is not None:
+        forgejo = config.forgejo
+        identities.forgejo = await retried("forgejo", lambda: forgejo_identity(forgejo, client))
+        source = "FORGEJO_BOT_ID" if forgejo.bot_id is not None else "api"
+        log("self_identity", {"forge": "forgejo", "id": identities.forgejo, "source": source})
+        resolvers.forgejo = functools.partial(forgejo_permission, forgejo, client)
+    if config.azure is not None:
+        azure = config.azure
+        own = await retried("azure", lambda: azure_identity(azure, client))
+        identities.azure = own.as_identity()
+        mode = azure.verifier.mode
+        log("self_identity", {"forge": "azure", "id": own.id, "hasAccountName": own.email is not None, "mode": mode})
+        resolvers.azure = functools.partial(azure_membership, azure, client)
+
+
+@dataclass
+class _Found:
+    identities: Identities = field(default_factory=Identities)
+    resolvers: Resolvers = field(default_factory=Resolvers)
+    store: Any = None
+    enqueuer: Enqueuer | None = None
+
+
+def _receiver(
+    config: ReceiverConfig, found: _Found, log: EventLog, error_log: EventLog, metrics: ReceiverMetrics | None
+) -> Receiver:
+    assert found.enqueuer is not None
+    return Receiver(
+        config.rules,
+        found.enqueuer,
+        log,
+        github_secret=config.webhook_secret if config.github is not None else None,
+        forgejo_secret=config.forgejo.secret if config.forgejo is not None else None,
+        gitlab=config.gitlab.verifier if config.gitlab is not None else None,
+        azure=config.azure.verifier if config.azure is not None else None,
+        identities=found.identities,
+        resolvers=found.resolvers,
+        error_log=error_log,
+        metrics=metrics,
+    )
+
+
+async def serve(
+    config: ReceiverConfig,
+    log: EventLog,
+    stop: Stop,
+    error_log: EventLog,
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> int:
+    """Boot, serve until stop, shut down. Returns the exit status."""
+    settings = config.settings
+    client, found = ForgeClient(), _Found()
+    password = settings.valkey_password.get_secret_value() if settings.valkey_password else None
+
+    def retried(forge: str, attempt: Attempt) -> Awaitable[Any]:
+        return with_retry(forge, attempt, settings.identity_retry_seconds * 1000, log, sleep=sleep)
+
+    try:
+        await _github(config, client, retried, log, found)
+        await judge_store(settings.valkey_url, password)
+        found.store = connect(settings.valkey_url, password)
+        router = ForgeRouter(registry_reader(found.store), log=log)
+        found.enqueuer = Enqueuer(with_password(settings.valkey_url, password), router)
+        await _other_forges(config, client, retried, log, found)
+    except (ConfigError, ForgeCallError, TimeoutError, OSError) as error:
+        await _close(client, found)
+        return _failed(error_log, error)
+    metrics = ReceiverMetrics() if settings.health_addr else None
+    receiver = _receiver(config, found, metrics.observe(log) if metrics else log, error_log, metrics)
+    runner = web.ServerRunner(application(receiver), access_log=None)
+    health: web.AppRunner | None = None
+    try:
+        await runner.setup()
+        await web.TCPSite(runner, settings.bind, settings.port, reuse_address=True).start()
+        health = await _health(config, found.store, metrics)
+    except OSError as error:
+        await runner.cleanup()
+        await _close(client, found)
+        return _failed(error_log, error)
+    log("receiver_started", {"port": settings.port, "bind": settings.bind, "valkey": shown(settings.valkey_url)})
+
+    def swap(triggers: list[Trigger]) -> None:
+        receiver.rules = Rules.from_triggers(triggers)
+
+    watch = TriggerWatch(config.triggers_path, settings.triggers_file, swap, log)
+    watch.start(config.triggers_text)
+    await stop.event.wait()
+    log("receiver_stopping", {"signal": stop.signal})
+    watch.stop()
+    await runner.cleanup()
+    if health is not None:
+        await health.cleanup()
+    await _close(client, found)
+    return ExitStatus.OK
+
+
+async def _close(client: ForgeClient, found: _Found) -> None:
+    await client.close()
+    if found.enqueuer is not None:
+        with contextlib.suppress(Exception):
+            await found.enqueuer.close()
+    if found.store is not None:
+        with contextlib.suppress(Exception):
+            await bounded(found.store.aclose(), 2)

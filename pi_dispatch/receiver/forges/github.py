@@ -1,0 +1,247 @@
+"""GitHub: the payload fields a gate may see, the gate, and its spec (`SPEC`): checks, delivery id, authority lookup.
+
+Authority comes from the payload's `author_association` (OWNER, MEMBER, COLLABORATOR), except for a close, where
+the closer's repository permission is looked up first (`wants_closer_authority` says when) and handed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from aiohttp import web
+
+from pi_dispatch.core.jscompat import MISSING, get, is_integer, is_number, js_trim, truthy
+from pi_dispatch.receiver.forges.spec import AuthorityLookup, Delivery, Forge, hub_delivery, hub_hint
+from pi_dispatch.receiver.routes import (
+    Drop,
+    Verdict,
+    close_matched,
+    close_rule,
+    comment_execution,
+    comment_matched,
+    first_label_rule,
+    issue_fields,
+    job_literal,
+    label_matched,
+    pull_request_fields,
+    refuse_null,
+    trigger_object,
+)
+from pi_dispatch.receiver.rules import ForgeRules, Rule, label_names
+
+ALLOWED_ASSOCIATIONS: Final = ("OWNER", "MEMBER", "COLLABORATOR")
+CLOSE_WORD: Final = "closed"
+REVIEW_ACTION: Final = "review_submitted"
+LABEL_ACTIONS: Final = ("opened", "labeled", "reopened")
+PR_ACTIONS: Final = ("labeled", "opened", "synchronize", "reopened")
+AUTHOR_GATED: Final = ("opened", "synchronize", "reopened")
+
+
+def project(payload: object) -> dict[str, Any]:
+    """The only fields the gate and the job may see. Raises TypeError on JSON null, as the reference answers 400."""
+    refuse_null(payload)
+    issue, pr, review = get(payload, "issue"), get(payload, "pull_request"), get(payload, "review")
+    state = get(review, "state")
+    comment = get(payload, "comment")
+    projected: dict[str, Any] = {
+        "action": get(payload, "action"),
+        "sender": {"id": get(get(payload, "sender"), "id"), "login": get(get(payload, "sender"), "login")},
+        # a comment on a pull request carries issue.pull_request: only whether it is there is kept
+        "issue": issue_fields(issue) | {"pull_request": get(issue, "pull_request") not in (None, MISSING)},
+        "comment": {"body": get(comment, "body"), "author_association": get(comment, "author_association")},
+        "repository": {"full_name": get(get(payload, "repository"), "full_name")},
+    }
+    if truthy(pr):
+        projected["pull_request"] = pull_request_fields(pr, "author_association")
+    if truthy(review):
+        projected["review"] = {
+            "id": get(review, "id"),
+            "body": get(review, "body"),
+            "state": state.lower() if isinstance(state, str) else state,  # the REST API says APPROVED
+            "author_association": get(review, "author_association"),
+        }
+    return projected
+
+
+def _allowed(association: object) -> bool:
+    return isinstance(association, str) and association in ALLOWED_ASSOCIATIONS
+
+
+def _issue_target(issue: Mapping[str, Any], target_type: str = "issue") -> dict[str, Any]:
+    return {"type": target_type, "number": issue["number"], "title": issue["title"], "body": issue["body"]}
+
+
+def _pr_target(pr: Mapping[str, Any]) -> dict[str, Any]:
+    head = pr["head"]
+    return {
+        "type": "pull_request",
+        "number": pr["number"],
+        "title": pr["title"],
+        "body": pr["body"],
+        "head": {"ref": head["ref"], "sha": head["sha"], "repo": head["repo"]["full_name"]},
+        "base": {"ref": pr["base"]["ref"]},
+    }
+
+
+def _close_lookup(event: object, p: Mapping[str, Any], rules: ForgeRules) -> Rule | Drop | None:
+    """The close rule a close delivery matches (or why none does); None when it is not a close delivery."""
+    if p["action"] != CLOSE_WORD:
+        return None
+    if event == "issues":
+        number = p["issue"]["number"]
+        return close_rule(rules.issue, CLOSE_WORD, number) if is_integer(number) else Drop("missing-issue-number")
+    if event == "pull_request":
+        pr = p.get("pull_request")
+        if pr is None or not is_integer(pr["number"]):
+            return Drop("missing-pull-request")
+        return close_rule(rules.pr_close, CLOSE_WORD, pr["number"])
+    return None
+
+
+def wants_closer_authority(event: object, p: Mapping[str, Any], rules: ForgeRules | None, self_id: object) -> bool:
+    """Whether this delivery is a close an armed rule matches, from a sender who is not the harness."""
+    sender = p["sender"]["id"]
+    if rules is None or not is_number(sender) or sender == self_id:
+        return False
+    return isinstance(_close_lookup(event, p, rules), Rule)
+
+
+def _review_drop(review: Mapping[str, Any] | None) -> Drop | None:
+    if review is None or not _allowed(review["author_association"]):
+        return Drop("review-author-not-allowed")
+    body = review["body"]
+    if review["state"] == "commented" and not (isinstance(body, str) and js_trim(body)):
+        return Drop("no-review-body")
+    return None
+
+
+def _pr_rule(
+    rules: ForgeRules, action: str, author: object, labels: list[str], review: Mapping[str, Any] | None
+) -> tuple[Rule | None, bool]:
+    """The first PR rule that fires, and whether one was passed over only for the review's state."""
+    state_missed = False
+    for rule in rules.pull_request:
+        if action not in rule.actions:
+            continue
+        # applying a label is the approval, so `labeled` asks only the predicate; every other action the author too
+        if not rule.matches(labels) or (action != "labeled" and not _allowed(author)):
+            continue
+        if action == REVIEW_ACTION and rule.review_states is not None and review is not None:
+            state = review["state"]
+            if not (isinstance(state, str) and state in rule.review_states):
+                state_missed = True
+                continue
+        return rule, state_missed
+    return None, state_missed
+
+
+def _pull_request_route(
+    event: object, action: str, p: Mapping[str, Any], rules: ForgeRules, delivery: object
+) -> Verdict:
+    pr, review = p.get("pull_request"), p.get("review")
+    if pr is None:
+        return Drop("missing-pull-request")
+    if action == REVIEW_ACTION:
+        dropped = _review_drop(review)
+        if dropped is not None:
+            return dropped
+    author = (
+        review["author_association"] if action == REVIEW_ACTION and review is not None else pr["author_association"]
+    )
+    rule, state_missed = _pr_rule(rules, action, author, label_names(pr["labels"]), review)
+    if rule is not None:
+        matched = {"index": rule.index, "type": "pull_request", "action": action}
+        extra = {"review": review} if action == REVIEW_ACTION else {}
+        trigger = trigger_object(event, p["action"], delivery, p["sender"]["id"], matched, **extra)
+        return job_literal(p["repository"]["full_name"], _pr_target(pr), rule.execution(), trigger)
+    if state_missed:
+        return Drop("review-state-not-matched")
+    if action in AUTHOR_GATED and not _allowed(author):
+        return Drop("pr-author-not-allowed")
+    return Drop("no-matching-pr-trigger")
+
+
+def _close_route(event: object, p: Mapping[str, Any], rules: ForgeRules, delivery: object, closer: object) -> Verdict:
+    found = _close_lookup(event, p, rules)
+    if not isinstance(found, Rule):
+        return found if isinstance(found, Drop) else Drop("unhandled-event")
+    if closer is not True:
+        return Drop("closer-not-allowed")
+    sender, repo = p["sender"]["id"], p["repository"]["full_name"]
+    if event == "issues":
+        number = p["issue"]["number"]
+        matched = close_matched(found, "issue", CLOSE_WORD, number)
+        trigger = trigger_object(event, p["action"], delivery, sender, matched)
+        return job_literal(repo, _issue_target(p["issue"]), found.execution(), trigger)
+    trigger = trigger_object(event, p["action"], delivery, sender, close_matched(found, "pull_request", CLOSE_WORD))
+    return job_literal(repo, _pr_target(p["pull_request"]), found.execution(), trigger)
+
+
+def gate(
+    event: object,
+    p: Mapping[str, Any],
+    rules: ForgeRules,
+    known_flows: frozenset[str],
+    *,
+    self_id: object,
+    delivery: object,
+    closer: object = MISSING,
+) -> Verdict:
+    """A GitHub delivery's job, or why it is dropped. `closer` is the close's resolved authority verdict."""
+    sender = p["sender"]["id"]
+    if not is_number(sender):
+        return Drop("missing-sender-id")
+    if sender == self_id:
+        return Drop("self")
+    action, repo = p["action"], p["repository"]["full_name"]
+    if event == "issues" and action in LABEL_ACTIONS:
+        labels = label_names(p["issue"]["labels"])
+        rule = first_label_rule(rules.label, labels)
+        if rule is None:
+            return Drop("no-allowlisted-label")
+        trigger = trigger_object(event, action, delivery, sender, label_matched(rule, labels))
+        return job_literal(repo, _issue_target(p["issue"]), rule.execution(), trigger)
+    if event == "issue_comment" and action == "created":
+        comment = p["comment"]
+        if not _allowed(comment["author_association"]):
+            return Drop("author-not-allowed")
+        if rules.comment is None:
+            return Drop("no-trigger-phrase")
+        execution = comment_execution(rules.comment, comment["body"], known_flows)
+        if isinstance(execution, Drop):
+            return execution
+        target_type = "pull_request" if p["issue"]["pull_request"] else "issue"
+        matched = comment_matched(rules.comment)
+        trigger = trigger_object(event, action, delivery, sender, matched, comment=comment)
+        return job_literal(repo, _issue_target(p["issue"], target_type), execution, trigger)
+    if event == "pull_request" and action in PR_ACTIONS:
+        return _pull_request_route(event, str(action), p, rules, delivery)
+    if event == "pull_request_review" and action == "submitted":
+        return _pull_request_route(event, REVIEW_ACTION, p, rules, delivery)
+    if event in ("issues", "pull_request") and action == CLOSE_WORD:
+        return _close_route(event, p, rules, delivery, closer)
+    return Drop("unhandled-event")
+
+
+async def _verify(request: web.BaseRequest, secret: bytes, _now_s: float) -> Delivery:
+    return await hub_delivery(request, secret, project)
+
+
+def _gate(d: Delivery, rules: ForgeRules, flows: frozenset[str], self_id: object, closer: object) -> Verdict:
+    return gate(d.event, d.payload, rules, flows, self_id=self_id, delivery=d.id, closer=closer)
+
+
+SPEC: Final = Forge(
+    name="github",
+    path=None,
+    delivery_hint=hub_hint,
+    verify=_verify,
+    authority=AuthorityLookup(
+        "github_permission_lookup_failed",
+        "permission-lookup-failed",
+        lambda p: (p["repository"]["full_name"], p["sender"]["login"]),
+        needed=lambda d, rules, self_id: wants_closer_authority(d.event, d.payload, rules, self_id),
+    ),
+    gate=_gate,
+)

@@ -1,0 +1,147 @@
+"""What a forge is to the server: one `Forge` spec each, and the request checks the four share.
+
+A spec says everything that differs between forges: the path that reaches it, where a delivery's id is before
+anything is verified (for the log), how a request is authenticated and its body read (`verify`, in that forge's
+own order: the order is part of the wire contract), which authority lookup the gate needs and when, the gate, and
+what an internal error is logged and answered as. The server runs one handler over these; a forge is one module.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from aiohttp import ClientPayloadError, web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from pi_dispatch.receiver.auth import hub_signature_valid
+from pi_dispatch.receiver.rules import ForgeRules
+
+MAX_BODY: Final = 2 * 1024 * 1024  # inclusive
+JSON_TYPE: Final = "application/json"
+
+
+class Answered(Exception):
+    """A check failed: answer this status and body (None: no body)."""
+
+    def __init__(self, status: int, body: Mapping[str, Any] | None = None, close: bool = False) -> None:
+        self.status, self.body, self.close = status, body, close
+
+
+class EmptyBody(Exception):
+    """A signed but empty body: the reference's HMAC library throws on it, so it is an internal error there."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A verified delivery: its projected payload, its event name ('' where the forge has none) and its id."""
+
+    payload: dict[str, Any]
+    event: str
+    id: str
+
+
+@dataclass(frozen=True)
+class AuthorityLookup:
+    """The forge's verdict on the actor that the gate needs: logged as `event`, answered 503 `error` when undecided."""
+
+    event: str
+    error: str
+    subject: Callable[[Mapping[str, Any]], tuple[object, ...]]
+    # Whether this delivery needs the verdict at all (GitHub asks only for a close rule's closer); default: always.
+    needed: Callable[[Delivery, ForgeRules, object], bool] = lambda _delivery, _rules, _self_id: True
+
+
+# verify(request, credential, now_s) -> Delivery, raising Answered for every refusal
+Verify = Callable[[web.BaseRequest, Any, float], Awaitable[Delivery]]
+# gate(delivery, rules, known_flows, self_id, verdict) -> a job's data, or a Drop
+Gate = Callable[[Delivery, ForgeRules, frozenset[str], object, object], object]
+
+
+@dataclass(frozen=True)
+class Forge:
+    """One forge's spec. `path` None: the default endpoint (GitHub answers every path no other forge claims)."""
+
+    name: str
+    path: str | None
+    delivery_hint: Callable[[Mapping[str, str]], object]
+    verify: Verify
+    authority: AuthorityLookup
+    gate: Gate
+    internal_event: str = "verify_handler_error"  # what the log calls an internal error
+    internal_error: str = "internal error"  # and the 500 body's `error`
+
+    def internal_fields(self, hint: object, error: Exception) -> Mapping[str, object]:
+        """What the log says of an internal error: the delivery id where the forge sends one in a header."""
+        del error
+        return {"delivery": hint}
+
+
+def json_type(request: web.BaseRequest) -> bool:
+    declared = request.headers.get("Content-Type", "")
+    return declared.split(";", 1)[0].strip().lower() == JSON_TYPE
+
+
+def require_json_post(request: web.BaseRequest, not_post: str, not_json: str) -> None:
+    """405 for a method other than POST, then 415 for a body that is not declared JSON."""
+    if request.method != "POST":
+        raise Answered(405, {"error": not_post})
+    if not json_type(request):
+        raise Answered(415, {"error": not_json})
+
+
+async def read_body(request: web.BaseRequest, too_large: Mapping[str, Any]) -> bytes:
+    """The body, at most MAX_BODY bytes; over it, 413 and the connection closed."""
+    declared = request.content_length
+    if declared is not None and declared > MAX_BODY:
+        raise Answered(413, too_large, close=True)
+    chunks, total = [], 0
+    try:
+        if declared is not None:  # the common case: one read of exactly what was declared
+            return await request.content.readexactly(declared) if declared else b""
+        async for chunk in request.content.iter_chunked(65_536):
+            total += len(chunk)
+            if total > MAX_BODY:
+                raise Answered(413, too_large, close=True)
+            chunks.append(chunk)
+    except (ConnectionError, OSError, ValueError, EOFError, HttpProcessingError, ClientPayloadError):
+        # the sender went away mid-body (or framed it wrongly): nobody is left to read an answer
+        raise Answered(400, {"error": "incomplete body"}, close=True) from None
+    return b"".join(chunks)
+
+
+def as_text(body: bytes) -> bytes:
+    """The body as the reference MACs it: decoded as UTF-8 (bad bytes replaced), encoded again."""
+    return body.decode("utf-8", errors="replace").encode("utf-8")
+
+
+def parsed(body: bytes, project: Callable[[object], dict[str, Any]], invalid: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return project(json.loads(body.decode("utf-8", errors="replace")))
+    except (ValueError, TypeError, RecursionError):
+        raise Answered(400, invalid) from None
+
+
+async def hub_delivery(
+    request: web.BaseRequest, secret: bytes, project: Callable[[object], dict[str, Any]]
+) -> Delivery:
+    """GitHub's checks, which Forgejo speaks too: POST, JSON, a signature, the event headers, the body, the HMAC."""
+    require_json_post(request, "method not allowed", "unsupported media type")
+    signature = request.headers.get("X-Hub-Signature-256", "")
+    if not signature:
+        raise Answered(401, {"error": "missing signature"})
+    event, delivery = request.headers.get("X-GitHub-Event", ""), request.headers.get("X-GitHub-Delivery", "")
+    if not event or not delivery:
+        raise Answered(400, {"error": "missing github event headers"})
+    body = as_text(await read_body(request, {"error": "payload too large"}))
+    if not body:
+        raise EmptyBody()
+    if not hub_signature_valid(secret, body, signature):
+        raise Answered(401, {"error": "invalid signature"})
+    return Delivery(parsed(body, project, {"error": "invalid-json"}), event, delivery)
+
+
+def hub_hint(headers: Mapping[str, str]) -> object:
+    return headers.get("X-GitHub-Delivery") or None

@@ -1,0 +1,203 @@
+"""The webhook surface: four forge endpoints, answered exactly as the reference answers them.
+
+The path alone picks the endpoint (`/gitlab`, `/forgejo`, `/azure`; anything else is GitHub), never a header,
+so a request cannot choose which check it faces. Each endpoint runs its checks in the reference's order (the
+order is part of the wire contract: GitHub answers 401 for a missing signature before 400 for missing
+headers), then asks the forge about the actor where that forge needs it, runs the gate, fans out replicas
+and enqueues each copy on the queue the router picks. 2xx means handled; 503 asks the forge to redeliver.
+Logs hold ids, names and reasons only: never a body, a login, an email or a token.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from aiohttp import web
+
+from pi_dispatch.core.jobs import target_separator
+from pi_dispatch.fleet.enqueue import Enqueuer
+from pi_dispatch.infra.events import EventLog
+from pi_dispatch.infra.valkey import describe
+from pi_dispatch.receiver.auth import AzureVerifier, GitLabVerifier
+from pi_dispatch.receiver.forges import azure, forgejo, github, gitlab
+from pi_dispatch.receiver.forges.authority import Authority, Undecided
+from pi_dispatch.receiver.forges.spec import JSON_TYPE, Answered, Forge
+from pi_dispatch.receiver.metrics import ReceiverMetrics
+from pi_dispatch.receiver.routes import Drop
+from pi_dispatch.receiver.rules import Rules
+
+FORGES: Final = (github.SPEC, gitlab.SPEC, forgejo.SPEC, azure.SPEC)
+BY_PATH: Final[Mapping[str, Forge]] = {forge.path: forge for forge in FORGES if forge.path is not None}
+FORGE_PATHS: Final = tuple(BY_PATH)
+
+Resolver = Callable[..., Awaitable[Authority]]
+
+
+@functools.lru_cache(maxsize=64)
+def _encoded(pairs: tuple[tuple[str, str], ...]) -> bytes:
+    """A compact JSON body, encoded once: the receiver answers with a handful of fixed bodies."""
+    return json.dumps(dict(pairs), separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def answer(status: int, body: Mapping[str, Any] | None = None, close: bool = False) -> web.Response:
+    if status == 204 or body is None:
+        response = web.Response(status=status)
+    else:
+        response = web.Response(status=status, body=_encoded(tuple(body.items())), content_type=JSON_TYPE)
+    if close:
+        response.force_close()
+    return response
+
+
+def endpoint_path(raw_path: str) -> str:
+    path = raw_path.split("?", 1)[0]
+    return path[:-1] if len(path) > 1 and path.endswith("/") else path
+
+
+def log_target(kind: str, job: Mapping[str, Any]) -> str:
+    """`issue#42` on GitHub and Forgejo; `<repo>!12` or `<repo>#5` on GitLab and Azure."""
+    found = job.get("target")
+    target: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    number = target.get("number")
+    if kind in ("github", "forgejo"):
+        return f"{target.get('type')}#{number}"
+    return f"{job.get('repo')}{target_separator(kind, target.get('type'))}{number}"
+
+
+@dataclass
+class Identities:
+    """The harness's own id on each served forge, resolved at boot (Azure's is `{id, email}`)."""
+
+    github: object = None
+    gitlab: object = None
+    forgejo: object = None
+    azure: object = None
+
+
+@dataclass
+class Resolvers:
+    """Per-delivery authority lookups, one per forge that needs one (None where the forge is not served)."""
+
+    github: Resolver | None = None
+    gitlab: Resolver | None = None
+    forgejo: Resolver | None = None
+    azure: Resolver | None = None
+
+
+@dataclass
+class Receiver:
+    """The four endpoints over one enqueuer; `rules` is swapped in place when the triggers file changes."""
+
+    rules: Rules
+    enqueuer: Enqueuer
+    log: EventLog
+    github_secret: bytes | None = None
+    forgejo_secret: bytes | None = None
+    gitlab: GitLabVerifier | None = None
+    azure: AzureVerifier | None = None
+    identities: Identities = field(default_factory=Identities)
+    resolvers: Resolvers = field(default_factory=Resolvers)
+    error_log: EventLog | None = None
+    clock: Callable[[], float] = time.time
+    metrics: ReceiverMetrics | None = None
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        forge = BY_PATH.get(endpoint_path(request.raw_path), github.SPEC)
+        response = await self._answer(request, forge)
+        if self.metrics is not None:
+            self.metrics.answered(forge.name, response.status)
+        return response
+
+    def _credential(self, forge: Forge) -> object:
+        """What authenticates this forge's deliveries; None while the forge is not served."""
+        served = {
+            "github": self.github_secret,
+            "forgejo": self.forgejo_secret,
+            "gitlab": self.gitlab,
+            "azure": self.azure,
+        }
+        return served[forge.name]
+
+    async def _answer(self, request: web.BaseRequest, forge: Forge) -> web.StreamResponse:
+        credential = self._credential(forge)
+        if credential is None:
+            return answer(404, {"error": f"{forge.name} webhooks are not configured"})
+        try:
+            return await self._serve(request, forge, credential)
+        except Answered as answered:
+            return answer(answered.status, answered.body, answered.close)
+
+    async def _serve(self, request: web.BaseRequest, forge: Forge, credential: object) -> web.StreamResponse:
+        """One forge's checks in its own order, the authority it needs, its gate, then every replica enqueued."""
+        hint = forge.delivery_hint(request.headers)
+        try:
+            delivery = await forge.verify(request, credential, self.clock())
+            rules, own = self.rules.of(forge.name), getattr(self.identities, forge.name)
+            verdict: object = None  # GitHub's gate reads None as "not asked": its authority is in the payload
+            lookup = forge.authority
+            if lookup.needed(delivery, rules, own):
+                resolver = getattr(self.resolvers, forge.name)
+                verdict = await self._ask(
+                    resolver, lookup.event, lookup.error, delivery.id, *lookup.subject(delivery.payload)
+                )
+            found = forge.gate(delivery, rules, self.rules.known_flows, own, verdict)
+            return await self._enqueue(forge.name, found, delivery.id)
+        except Answered:
+            raise
+        except Exception as error:
+            return self._internal(
+                forge.internal_event, forge.internal_fields(hint, error), {"error": forge.internal_error}
+            )
+
+    def _internal(self, event: str, fields: Mapping[str, Any], body: Mapping[str, Any]) -> web.Response:
+        (self.error_log or self.log)(event, fields)
+        return answer(500, body)
+
+    async def _ask(self, resolver: Resolver | None, event: str, error: str, delivery: object, *args: Any) -> object:
+        """The forge's verdict on the actor; Undecided answers 503 so the forge asks again."""
+        if resolver is None:
+            raise Answered(503, {"error": error})
+        verdict = await resolver(*args)
+        if isinstance(verdict, Undecided):
+            self.log(event, {"delivery": delivery, "reason": verdict.reason})
+            raise Answered(503, {"error": error})
+        return verdict
+
+    async def _enqueue(self, kind: str, found: object, delivery: object) -> web.Response:
+        """Every replica of the job on its routed queue: 202 queued (or deduplicated), 503 when an add fails."""
+        if isinstance(found, Drop):
+            self.log("dropped", {"delivery": delivery, "reason": found.reason})
+            return answer(204)
+        assert isinstance(found, dict)
+        replicas = found.get("replicas")
+        count = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 1 else 1
+        created = 0
+        flow = {"flow": found["flow"]} if "flow" in found else {}
+        shown = {"delivery": delivery, "repo": found.get("repo"), "target": log_target(kind, found), **flow}
+        try:
+            for replica in range(1, count + 1):
+                copy = found if count == 1 else {**found, "replica": replica}
+                placed = await self.enqueuer.enqueue_forge_job(kind, copy)
+                if placed.deduplicated:
+                    self.log("deduplicated", {**shown, "jobId": placed.job_id, "survivingJobId": placed.kept})
+                else:
+                    created += 1
+        except Exception as error:
+            self.log("enqueue_failed", {"delivery": delivery, "reason": describe(error)})
+            return answer(503, {"error": "enqueue-failed"})
+        if created == 0:
+            return answer(202, {"status": "deduplicated"})
+        self.log("enqueued", {**shown, "replicas": created})
+        return answer(202, {"status": "queued"})
+
+
+def application(receiver: Receiver) -> web.Server:
+    """The low-level aiohttp server: every method and path reaches `Receiver.handle`, no router in between."""
+    # lingering: after a 413 the unread body is drained for at most a second (aiohttp's default is ten), so a
+    # sender that declares a huge body cannot hold a connection open past its answer.
+    return web.Server(receiver.handle, lingering_time=1.0)

@@ -1,0 +1,3 @@
+"""The real-service harness tests and benchmarks share: a private redis-server and dockerd, a store relay that
+stalls, the reference's modules from its diff, example jobs. The product never imports it.
+"""

@@ -1,0 +1,1 @@
+"""The triggers file in the reference's format: its parser, its terms, the run half, cron schedules and live reload."""

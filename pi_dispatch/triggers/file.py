@@ -1,0 +1,274 @@
+"""triggers.json, read as the reference reads it: one parser for the receiver, the worker and the audit. Pure
+apart from `load_triggers`, which reads the file.
+
+`{"triggers": [{"on": {...}, "run": {...}}, ...]}`. `on.type` is cron, label, comment, pull_request or issue;
+`run.kind` is `local` for cron and a forge for the rest. Actions are each forge's own words (table below).
+Every entry keeps its raw index (cron and spent entries counted), because jobs and records name triggers by it.
+A spent one-shot (`on.disarmed`, written by the worker) is validated in full, then becomes type `disarmed`,
+which nothing matches. A refusal names the trigger's index and the field, never the value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from pi_dispatch.core.errors import ConfigError, Problem
+from pi_dispatch.core.jobs import FORGE_KINDS, JOB_KINDS, LOCAL_KIND, PR_CLOSE_ACTION, TRIGGER_TYPES
+from pi_dispatch.core.jscompat import is_integer
+from pi_dispatch.triggers.run import ID_CHARSET, run_fields
+from pi_dispatch.triggers.terms import Refusal, is_text
+
+DISARMED: Final = "disarmed"
+PR_ACTIONS: Final[Mapping[str, tuple[str, ...]]] = {
+    "github": ("labeled", "opened", "synchronize", "reopened", "review_submitted", "closed"),
+    "gitlab": ("open", "update", "reopen", "approved", "close"),
+    "forgejo": ("label_updated", "opened", "synchronized", "reopened", "closed"),
+    "azure": ("created", "updated"),
+}
+ISSUE_ACTIONS: Final[Mapping[str, tuple[str, ...]]] = {
+    "github": ("closed",),
+    "gitlab": ("close",),
+    "forgejo": ("closed",),
+}
+# The PR action that is a label being applied: a rule naming it is gated by its label predicate alone.
+PR_LABEL_ACTION: Final[Mapping[str, str]] = {"github": "labeled", "forgejo": "label_updated"}
+REVIEW_ACTION: Final = "review_submitted"
+REVIEW_STATES: Final = ("approved", "changes_requested", "commented")
+FIX: Final = "see docs/triggers.md for the triggers file format"
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """One entry of a triggers file, normalized: only validated fields, in the reference's shape."""
+
+    source: str
+    index: int
+    on: Mapping[str, Any]
+    run: Mapping[str, Any]
+
+    @property
+    def on_type(self) -> str:
+        return str(self.on["type"])
+
+    @property
+    def label(self) -> str:
+        return f"{self.source} #{self.index} (on {self.on_type})"
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            # JSON keeps the last value: the file that was reviewed and the file that runs would differ.
+            raise ValueError(f"duplicate key {json.dumps(key)}")
+        seen[key] = value
+    return seen
+
+
+def _predicate(on: Mapping[str, Any], require_positive: bool) -> dict[str, Any]:
+    for key in ("any", "all", "none"):
+        selector = on.get(key)
+        if key in on and not (isinstance(selector, list) and all(is_text(name) for name in selector)):
+            raise Refusal(f"on.{key}", "must be an array of non-empty label names")
+    if require_positive and not (on.get("any") or on.get("all")):
+        raise Refusal("on.any", "needs at least one positive selector (on.any or on.all)")
+    return {key: list(on[key]) for key in ("any", "all", "none") if key in on}
+
+
+def _close_fields(on: Mapping[str, Any], run: Mapping[str, Any], capable: bool, on_type: str) -> dict[str, Any]:
+    """`on.number`, `on.once` and `on.disarmed`: legal only on a close rule."""
+    found: dict[str, Any] = {}
+    for key in ("number", "once", "disarmed"):
+        if key in on and not capable:
+            where = "a cron trigger" if on_type == "cron" else f"{on_type} triggers"
+            raise Refusal(f"on.{key}", f"is only available on a close rule, not on {where}")
+    if "number" in on:
+        if not is_integer(on["number"]) or on["number"] < 1:
+            raise Refusal("on.number", "must be a whole number, 1 or more: the item number the forge assigns")
+        found["number"] = int(on["number"])
+    if "once" in on:
+        if not isinstance(on["once"], bool):
+            raise Refusal("on.once", "must be true or false when present")
+        if on["once"] and "number" not in on:
+            raise Refusal("on.once", "requires on.number: a one-shot names the item that spends it")
+        if on["once"] and "replicas" in run:
+            raise Refusal("on.once", "cannot be combined with run.replicas")
+        found["once"] = on["once"]
+    if "disarmed" in on:
+        mark = on["disarmed"]
+        if not isinstance(mark, Mapping) or set(mark) - {"at", "jobId"} or not is_text(mark.get("at")):
+            raise Refusal("on.disarmed", 'must be an object with a non-empty "at" (and optionally "jobId")')
+        if "jobId" in mark and not is_text(mark["jobId"]):
+            raise Refusal("on.disarmed.jobId", "must be a non-empty string when present")
+        if on.get("once") is not True:
+            raise Refusal("on.disarmed", "is only meaningful beside on.once: true")
+    return found
+
+
+def _actions(on: Mapping[str, Any], allowed: tuple[str, ...], what: str) -> list[str]:
+    actions = on.get("action")
+    if not isinstance(actions, list) or not actions:
+        raise Refusal("on.action", f"{what} on.action must be a non-empty array")
+    for position, action in enumerate(actions):
+        if action not in allowed:
+            raise Refusal(f"on.action[{position}]", f"is not one of this forge's words ({'|'.join(allowed)})")
+    return [str(action) for action in actions]
+
+
+def _review_state(on: Mapping[str, Any], actions: list[str], kind: str) -> list[str] | None:
+    if "reviewState" not in on:
+        return None
+    states = on["reviewState"]
+    if kind != "github":
+        raise Refusal("on.reviewState", "is github-only: no other forge reports a review verdict")
+    if REVIEW_ACTION not in actions:
+        raise Refusal("on.reviewState", f"requires on.action to include {REVIEW_ACTION}")
+    if not isinstance(states, list) or not states or any(state not in REVIEW_STATES for state in states):
+        raise Refusal("on.reviewState", f"must be a non-empty array of {'|'.join(REVIEW_STATES)}")
+    return [str(state) for state in states]
+
+
+def _has_predicate(on: Mapping[str, Any]) -> bool:
+    return any(key in on for key in ("any", "all", "none"))
+
+
+def _pull_request_on(on: Mapping[str, Any], run: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    actions = _actions(on, PR_ACTIONS[kind], "pull_request")
+    close_word = PR_CLOSE_ACTION.get(kind)
+    closing = close_word is not None and close_word in actions
+    if closing and any(action != close_word for action in actions):
+        raise Refusal("on.action", f"cannot mix {close_word} with other actions: split it into two entries")
+    review = _review_state(on, actions, kind)
+    if (kind == "azure" or closing) and _has_predicate(on):
+        what = "an azure pull_request rule" if kind == "azure" else "a close rule"
+        raise Refusal("on.any", f"{what} cannot carry a label predicate")
+    predicate = _predicate(on, PR_LABEL_ACTION.get(kind) in actions)
+    normalized: dict[str, Any] = {"type": "pull_request", "action": actions}
+    if review is not None:
+        normalized["reviewState"] = review
+    return normalized | predicate | _close_fields(on, run, closing, "pull_request")
+
+
+def _issue_on(on: Mapping[str, Any], run: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    if kind == "azure":
+        raise Refusal("on.type", "an issue trigger is not yet covered for azure")
+    actions = _actions(on, ISSUE_ACTIONS[kind], "issue")
+    if _has_predicate(on):
+        raise Refusal("on.any", "an issue trigger cannot carry a label predicate")
+    return {"type": "issue", "action": actions} | _close_fields(on, run, True, "issue")
+
+
+def _cron_on(on: Mapping[str, Any], run: Mapping[str, Any], cron_ids: set[str]) -> dict[str, Any]:
+    ident, pattern = on.get("id"), on.get("pattern")
+    if not is_text(ident) or ":" in str(ident) or not ID_CHARSET.fullmatch(str(ident)):
+        raise Refusal("on.id", "must be a non-empty string of letters, digits, dot, dash or underscore (no :)")
+    if ident in cron_ids:
+        raise Refusal("on.id", "repeats another cron trigger's id: ids must be unique")
+    cron_ids.add(str(ident))
+    if not is_text(pattern) or len(str(pattern).split()) not in (5, 6):
+        raise Refusal("on.pattern", "must be a cron pattern of 5 or 6 space-separated fields")
+    _close_fields(on, run, False, "cron")
+    return {"type": "cron", "id": ident, "pattern": pattern}
+
+
+def _label_on(on: Mapping[str, Any], run: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    return {"type": "label", **_predicate(on, True), **_close_fields(on, run, False, "label")}
+
+
+def _comment_on(on: Mapping[str, Any], run: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    if not is_text(on.get("phrase")):
+        raise Refusal("on.phrase", "must be a non-empty string")
+    _close_fields(on, run, False, "comment")
+    return {"type": "comment", "phrase": on["phrase"]}
+
+
+_WEBHOOK_ON: Final = {"label": _label_on, "comment": _comment_on, "issue": _issue_on, "pull_request": _pull_request_on}
+
+
+def _entry(entry: object, comment_kinds: set[str], cron_ids: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    if not isinstance(entry, Mapping):
+        raise Refusal("(entry)", "must be an object with on and run")
+    on, run = entry.get("on"), entry.get("run")
+    if not isinstance(on, Mapping) or not isinstance(run, Mapping):
+        raise Refusal("on" if not isinstance(on, Mapping) else "run", "must be an object")
+    on_type, kind = on.get("type"), run.get("kind")
+    if on_type not in TRIGGER_TYPES:
+        raise Refusal("on.type", f"must be one of {'|'.join(sorted(TRIGGER_TYPES))}")
+    if kind not in JOB_KINDS:
+        raise Refusal("run.kind", f"must be one of {'|'.join(sorted(JOB_KINDS))}")
+    if on_type == "cron":
+        if kind != LOCAL_KIND:
+            raise Refusal("run.kind", 'a cron trigger has no delivery to act on: run.kind must be "local"')
+        return _cron_on(on, run, cron_ids), run_fields(on, run, "cron")
+    if kind not in FORGE_KINDS:
+        raise Refusal("run.kind", f"a {on_type} trigger is webhook-driven: use one of {'|'.join(sorted(FORGE_KINDS))}")
+    normalized = _WEBHOOK_ON[str(on_type)](on, run, str(kind))
+    if on_type == "comment":
+        if kind in comment_kinds:  # the receiver holds one comment rule per forge: a second would never fire
+            raise Refusal("on.type", f"at most one {kind} comment trigger is allowed")
+        comment_kinds.add(str(kind))
+    fields = run_fields(on, run, str(on_type))
+    if "disarmed" in on:
+        return {"type": DISARMED}, {}
+    return normalized, fields
+
+
+def parse_triggers(text: str | bytes, source: str) -> list[Trigger]:
+    """Every entry of a triggers file, normalized, or ConfigError naming each refused entry's index and field."""
+    try:
+        document = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except (ValueError, RecursionError) as error:
+        reason = str(error) if str(error).startswith("duplicate key") else "is not valid JSON"
+        raise ConfigError([Problem("triggers file", reason, source, "fix the file")]) from None
+    entries = document.get("triggers") if isinstance(document, Mapping) else None
+    if not isinstance(entries, list):
+        raise ConfigError([Problem("triggers file", 'must be an object with a "triggers" array', source, FIX)])
+    comment_kinds: set[str] = set()
+    cron_ids: set[str] = set()
+    triggers: list[Trigger] = []
+    problems: list[Problem] = []
+    for index, entry in enumerate(entries):
+        try:
+            on, run = _entry(entry, comment_kinds, cron_ids)
+        except Refusal as refusal:
+            problems.append(Problem(f"trigger {index} {refusal.field}", refusal.message, source, FIX))
+            continue
+        triggers.append(Trigger(source, index, on, run))
+    if problems:
+        raise ConfigError(problems)
+    return triggers
+
+
+def read_triggers(path: Path, label: str | None = None) -> tuple[bytes, list[Trigger]]:
+    """A triggers file's bytes and its triggers; label names the file in messages and findings (default: the path)."""
+    source = label or str(path)
+    try:
+        text = path.read_bytes()
+    except OSError as error:
+        reason = "does not exist" if isinstance(error, FileNotFoundError) else f"cannot be read ({error.strerror})"
+        raise ConfigError(
+            [
+                Problem(
+                    "triggers file", reason, source, "create it (pi-dispatch init writes one) or set PI_TRIGGERS_FILE"
+                )
+            ]
+        ) from None
+    return text, parse_triggers(text, source)
+
+
+def load_triggers(path: Path, label: str | None = None) -> list[Trigger]:
+    """The triggers of one file, or ConfigError naming each refused entry."""
+    return read_triggers(path, label)[1]
+
+
+def check_triggers(document: object) -> list[Problem]:
+    """The parser's verdict on a parsed document, as problems (for agreement with the published schema)."""
+    try:
+        parse_triggers(json.dumps(document), "(document)")
+    except ConfigError as error:
+        return error.problems
+    return []

@@ -1,0 +1,271 @@
+"""One attempt at one job: the pre-spend gates, a machine slot, the container under a lock fence, the record.
+
+The gates run in the reference's order (an undeclared secret profile, then the wait gate, then a machine slot,
+then secret resolution). Refusals are returned, never retried; infra failures are raised so BullMQ retries
+them; a held job goes back as a delayed job that spends no attempt. While the container runs, a `LockFence`
+proves the job's BullMQ lock: a worker that can no longer prove it kills the container before the lock can
+expire, records the attempt as `lock-lost` and never reports it completed. Every attempt leaves a record file,
+then (for a declared name, not awaited) its fleet mirror.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from pi_dispatch.config.worker_settings import WorkerSettings
+from pi_dispatch.core.jobbounds import job_refusal
+from pi_dispatch.core.jobs import QueuedJob
+from pi_dispatch.core.jscompat import iso_string
+from pi_dispatch.core.names import IMAGE_REFERENCE_RE
+from pi_dispatch.core.reasons import Reason
+from pi_dispatch.core.records import build_record
+from pi_dispatch.infra.events import EventLog
+from pi_dispatch.worker.containers import (
+    STOP_GRACE_S,
+    ContainerRuntime,
+    ContainerSpec,
+    DockerUnavailable,
+    ImageMissing,
+    StopRequest,
+)
+from pi_dispatch.worker.fencing import LockFence
+from pi_dispatch.worker.history import RunRecorder, write_job_log
+from pi_dispatch.worker.jobdirs import write_job_dir
+from pi_dispatch.worker.metrics import WorkerMetrics
+from pi_dispatch.worker.oneshot import OneShots
+from pi_dispatch.worker.outcomes import JobFailure, PutBack, container_result
+from pi_dispatch.worker.scripts import InfraRetry, Refusal
+from pi_dispatch.worker.secrets import SecretsGate
+from pi_dispatch.worker.waitgate import WaitGate
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+# Variables the worker sets in every job container; a job may not bind a secret over them.
+JOB_VARIABLES: Final = ("PI_JOB_ID", "PI_JOB_ATTEMPT", "PI_JOB_KIND", "PI_HOST")
+RESERVED_NAMES: Final = frozenset({*JOB_VARIABLES, "PATH", "HOME", "HOSTNAME", "USER", "TERM", "SHELL"})
+
+
+def attempts_made(job: QueuedJob) -> int:
+    return job.attemptsMade if isinstance(job.attemptsMade, int) else 0
+
+
+@dataclass
+class Attempts:
+    """Runs attempts for one worker. `draining` puts jobs still waiting for a slot back; `abort_all` stops
+    running containers with the drain's grace."""
+
+    settings: WorkerSettings
+    runtime: ContainerRuntime
+    client: aioredis.Redis
+    recorder: RunRecorder
+    wait_gate: WaitGate
+    now: Callable[[], int]
+    log: EventLog
+    slots: asyncio.Semaphore = field(init=False)
+    draining: asyncio.Event = field(default_factory=asyncio.Event)
+    aborting: asyncio.Event = field(default_factory=asyncio.Event)
+    running: dict[str, StopRequest] = field(default_factory=dict)  # job id -> its container's stop, while it runs
+    running_since: dict[str, int] = field(default_factory=dict)  # job id -> when its container started (epoch ms)
+    metrics: WorkerMetrics = field(default_factory=lambda: WorkerMetrics(enabled=False))
+    one_shots: OneShots | None = None  # spends a one-shot rule once its run's record is written
+
+    def __post_init__(self) -> None:
+        settings = self.settings
+        self.name = settings.worker_name
+        self.slots = asyncio.Semaphore(settings.concurrency)
+        self.secrets = SecretsGate(
+            settings.secret_profiles, timeout_s=settings.secret_resolve_timeout_ms / 1000, reserved=RESERVED_NAMES
+        )
+
+    def abort_all(self) -> None:
+        """Stop every running container, each after the drain's grace; a container started later stops at once."""
+        self.aborting.set()
+        for stop in self.running.values():
+            stop.request(STOP_GRACE_S)
+
+    async def process(self, job: QueuedJob, token: str, queue: str) -> dict[str, object]:
+        from bullmq import DelayedError, UnrecoverableError
+
+        started = self.now()
+        data: Mapping[str, Any] = job.data if isinstance(job.data, Mapping) else {}
+        job.opts["stackTraceLimit"] = 0  # a stack trace names our files' paths; Valkey gets names only
+        try:
+            result = await self._attempt(job, token, queue, data)
+        except DelayedError:  # held by its wait conditions, already moved to delayed
+            self.log("job_held", {"jobId": str(job.id), "queue": queue})
+            raise
+        except PutBack:
+            await job.moveToDelayed(self.now(), token)
+            self.log("job_put_back", {"jobId": str(job.id), "queue": queue})
+            raise DelayedError() from None
+        except JobFailure as failure:
+            self.record(job, data, started, None, {"reason": failure.reason, "exitCode": failure.exit_code})
+            self.log(
+                "job_failed", {"jobId": str(job.id), "queue": queue, "reason": failure.reason, "retry": failure.retry}
+            )
+            if failure.retry:
+                raise
+            raise UnrecoverableError(str(failure)) from None
+        except Exception as error:  # never let one job take the worker down; BullMQ retries it
+            reason = error.reason if isinstance(error, InfraRetry) else Reason.INFRA
+            self.record(job, data, started, None, {"reason": reason})
+            self.log(
+                "job_failed", {"jobId": str(job.id), "queue": queue, "reason": reason, "error": type(error).__name__}
+            )
+            raise JobFailure(reason, retry=True) from None
+        self.record(job, data, started, result, None)
+        self.log(
+            "job_done", {"jobId": str(job.id), "queue": queue, "outcome": result["outcome"], "reason": result["reason"]}
+        )
+        return result
+
+    def record(
+        self,
+        job: QueuedJob,
+        data: Mapping[str, Any],
+        started: int,
+        result: Mapping[str, Any] | None,
+        error: Mapping[str, Any] | None,
+    ) -> None:
+        """Record the attempt. Should the job's own fields break the record builder, the attempt is recorded
+        without them: a record is never lost to the data it describes."""
+        facts: dict[str, Any] = {
+            "job_id": str(job.id),
+            "job_name": job.name if isinstance(job.name, str) else None,
+            "attempts_made": attempts_made(job),
+            "started_at": iso_string(started),
+            "ended_at": iso_string(self.now()),
+            "host": self.name,
+        }
+        try:
+            record = build_record(data=data, result=result, error=error, **facts)
+        except Exception as failure:  # a bug in the face of hostile data; the run still gets its record
+            self.log("run_record_degraded", {"jobId": facts["job_id"], "error": type(failure).__name__})
+            record = build_record(data={}, result=None, error={"reason": Reason.INFRA}, **facts)
+        self.recorder.record(record)
+        if self.one_shots is not None:  # after the record: a crash between leaves it armed with a record, never
+            self.one_shots.spend(facts["job_id"], data, self.now())  # spent without one
+
+    async def _attempt(self, job: QueuedJob, token: str, queue: str, data: Mapping[str, Any]) -> dict[str, object]:
+        if bound := job_refusal(job.data):
+            return self._refused(job, Refusal(bound))
+        if refused := self.secrets.refusal(data):
+            return self._refused(job, refused)
+        image = self._image(data)
+        if isinstance(image, Refusal):
+            return self._refused(job, image)
+        if data.get("waitFor") is not None:
+            with self.metrics.timed_gate("wait check"):
+                refused = await self.wait_gate.admit(job, token, data)
+            if refused:
+                return self._refused(job, refused)
+        async with self._slot():
+            with self.metrics.timed_gate("resolver"):
+                secrets = await self.secrets.resolve(data)
+            if isinstance(secrets, Refusal):
+                return self._refused(job, secrets)
+            fence = LockFence(self.client, queue, str(job.id), token, self.settings.lock_duration_ms)
+            return await self._run_container(job, image, data, secrets, fence)
+
+    def _refused(self, job: QueuedJob, refusal: Refusal) -> dict[str, object]:
+        fields: dict[str, object] = {"jobId": str(job.id), "reason": refusal.reason}
+        if refusal.profile is not None:
+            fields["profile"] = refusal.profile
+        self.log("job_refused", fields)
+        return refusal.result()
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """One of the machine's PI_CONCURRENCY slots, shared by both queues; a drain puts a waiting job back."""
+        acquiring = asyncio.ensure_future(self.slots.acquire())
+        draining = asyncio.ensure_future(self.draining.wait())
+        await asyncio.wait({acquiring, draining}, return_when=asyncio.FIRST_COMPLETED)
+        draining.cancel()
+        if not acquiring.done() or self.draining.is_set():
+            acquiring.cancel()
+            if acquiring.done() and not acquiring.cancelled():
+                self.slots.release()
+            raise PutBack
+        try:
+            yield
+        finally:
+            self.slots.release()
+
+    def _image(self, data: Mapping[str, Any]) -> str | Refusal:
+        """The job's image: its own when this host allows it, the host's when it names none. An image the host
+        does not allow is refused; one that is not an image reference at all fails (job-image-missing)."""
+        requested = data.get("image")
+        image = self.settings.job_image if requested is None else requested
+        if not isinstance(image, str) or not IMAGE_REFERENCE_RE.fullmatch(image):
+            raise JobFailure(Reason.JOB_IMAGE_MISSING, retry=False)
+        if image != self.settings.job_image and image not in self.settings.allowed_images:
+            return Refusal(Reason.JOB_IMAGE_NOT_ALLOWED)
+        return image
+
+    async def _run_container(
+        self, job: QueuedJob, image: str, data: Mapping[str, Any], secrets: Mapping[str, str], fence: LockFence
+    ) -> dict[str, object]:
+        settings, job_id, attempt = self.settings, str(job.id), attempts_made(job)
+        job_dir = await asyncio.to_thread(write_job_dir, settings.jobs_dir, self.name, job_id, data)
+        spec = ContainerSpec(
+            job_id=job_id,
+            attempt=attempt,
+            image=image,
+            job_dir=job_dir,
+            environment={
+                **secrets,
+                "PI_JOB_ID": job_id,
+                "PI_JOB_ATTEMPT": str(attempt),
+                "PI_JOB_KIND": str(data.get("kind") or job.name or ""),
+                "PI_HOST": self.name,
+            },
+            memory_mb=settings.job_memory_mb,
+            cpus=settings.job_cpus,
+            timeout_s=settings.job_timeout_ms / 1000,
+            network=settings.job_network,
+            user=settings.job_user,
+            read_only=settings.job_read_only,
+            log_mb=settings.job_log_mb,
+        )
+        stop = StopRequest()
+        self.running[job_id], self.running_since[job_id] = stop, self.now()
+        if self.aborting.is_set():
+            stop.request(STOP_GRACE_S)
+
+        def kill_when_fenced(_: asyncio.Future[None]) -> None:
+            if fence.lost.is_set():
+                stop.request(0)
+
+        watching = asyncio.ensure_future(fence.watch())
+        watching.add_done_callback(kill_when_fenced)
+        started = time.monotonic()
+        try:
+            end = await self.runtime.run(spec, capture=settings.capture_job_logs, stop=stop)
+        except ImageMissing:
+            raise JobFailure(Reason.JOB_IMAGE_MISSING, retry=True) from None
+        except DockerUnavailable:
+            raise JobFailure(Reason.INFRA, retry=True) from None
+        finally:
+            watching.cancel()
+            self.running.pop(job_id, None)
+            self.running_since.pop(job_id, None)
+            await asyncio.to_thread(shutil.rmtree, job_dir, True)
+        if fence.lost.is_set():  # whatever the container said, another worker may run this job now
+            self.log("job_fenced", {"jobId": job_id, "reason": fence.reason})
+            raise JobFailure(Reason.LOCK_LOST, end.exit_code, retry=True)
+        if settings.capture_job_logs:
+            await asyncio.to_thread(write_job_log, settings.logs_dir, job_id, end.output, self.log)
+        try:
+            result = container_result(end)
+        except JobFailure:
+            self.metrics.ran("failed", time.monotonic() - started)
+            raise
+        self.metrics.ran(str(result["outcome"]), time.monotonic() - started)
+        return result

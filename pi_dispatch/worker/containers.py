@@ -1,0 +1,322 @@
+"""One container per job, through the Docker SDK.
+
+The job's folder (its event as `event.json`, its non-secret fields as `job.json`) is mounted
+read-only at `/job`; resolved secrets go in as environment variables through the API, never on a
+command line and never in a file. Every container carries labels naming its job and this
+host, so the boot reaper removes this host's strays and no one else's. The SDK is synchronous: its
+calls run on a private thread pool sized for the host's job slots, so a long wait never starves them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import docker
+import docker.errors
+import requests.exceptions
+from docker.types import LogConfig
+
+from pi_dispatch.core.errors import PiDispatchError
+from pi_dispatch.infra.events import EventLog, discard
+from pi_dispatch.worker.outcomes import ContainerEnd
+
+LABEL_JOB: Final = "dev.pi-dispatch.job"
+LABEL_HOST: Final = "dev.pi-dispatch.host"
+LABEL_ATTEMPT: Final = "dev.pi-dispatch.attempt"
+LABEL_FLEET: Final = "dev.pi-dispatch.fleet"
+LABEL_INSTANCE: Final = "dev.pi-dispatch.instance"  # which run of the worker process started it
+STOP_GRACE_S: Final = 10
+PIDS_LIMIT: Final = 4096
+REATTACH_POLL_S: Final = 1.0
+TIMEOUT_SLACK_S: Final = 0.5  # how early a dropped wait still counts as the job's own timeout
+
+
+T = TypeVar("T")
+
+
+class DockerUnavailable(PiDispatchError):
+    """The Docker daemon cannot be reached; worth another attempt, never the job's fault."""
+
+
+class ImageMissing(PiDispatchError):
+    """The job's image is not on this host."""
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything one job's container is made from."""
+
+    job_id: str
+    attempt: int
+    image: str
+    job_dir: Path
+    environment: Mapping[str, str]
+    memory_mb: int
+    cpus: float
+    timeout_s: float
+    network: str | None = None  # the daemon's default when None
+    user: str | None = None  # the image's own user when None
+    read_only: bool = False
+    log_mb: int = 10
+
+
+@dataclass
+class StopRequest:
+    """Asks a job's running container to stop: after a grace (a drain), or at once (a fenced job)."""
+
+    requested: asyncio.Event = field(default_factory=asyncio.Event)
+    grace_s: float = STOP_GRACE_S
+
+    def request(self, grace_s: float) -> None:
+        """Ask for a stop; the shortest grace asked for wins."""
+        self.grace_s = min(self.grace_s, grace_s) if self.requested.is_set() else grace_s
+        self.requested.set()
+
+
+@dataclass
+class ContainerRuntime:
+    """This host's job containers: run one, reap strays, look up an image."""
+
+    client: Any
+    host: str
+    slots: int = 3
+    fleet: str = ""  # which fleet (Valkey) the host belongs to: a demo's workers never reap a real fleet's
+    log: EventLog = discard
+    instance: str = field(default_factory=lambda: secrets.token_hex(6))
+    _pool: ThreadPoolExecutor = field(init=False)
+
+    def __post_init__(self) -> None:
+        # two threads per slot (a wait and a stop), plus the reaper and image lookups
+        self._pool = ThreadPoolExecutor(max_workers=2 * self.slots + 4, thread_name_prefix="docker")
+
+    @classmethod
+    def connect(cls, host: str, slots: int, log: EventLog = discard, fleet: str = "") -> ContainerRuntime:
+        """A runtime on the daemon DOCKER_HOST names (the local socket by default). Raises DockerUnavailable."""
+        client = None
+        try:
+            client = docker.from_env()
+            client.ping()
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+            if client is not None:
+                client.close()
+            raise DockerUnavailable(f"the Docker daemon is not reachable ({type(error).__name__})") from error
+        return cls(client, host, slots, fleet, log)
+
+    async def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, partial(function, *args, **kwargs))
+
+    async def ping(self, timeout_s: float = 5.0) -> bool:
+        """Whether the daemon answers within timeout_s."""
+        try:
+            await asyncio.wait_for(self._call(self.client.ping), timeout_s)
+        except (TimeoutError, docker.errors.DockerException, requests.exceptions.RequestException):
+            return False
+        return True
+
+    async def image_id(self, image: str) -> str | None:
+        """The local image id (`sha256:…`), or None when the image is not here or Docker is down."""
+        try:
+            found = await self._call(self.client.images.get, image)
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return None
+        return str(found.id)
+
+    async def _fleet_containers(self, *labels: str) -> list[Any]:
+        try:
+            found: list[Any] = await self._call(
+                self.client.containers.list, all=True, filters={"label": [f"{LABEL_FLEET}={self.fleet}", *labels]}
+            )
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+            raise DockerUnavailable("the Docker daemon did not list containers") from error
+        return found
+
+    async def reap(self) -> int:
+        """Remove every container labelled as this host's, running or not; returns how many."""
+        return await self._remove_all(await self._fleet_containers(f"{LABEL_HOST}={self.host}"))
+
+    async def sweep_orphans(self, live_hosts: set[str]) -> int:
+        """Remove the fleet's containers on this daemon that nobody is waiting for: this host's from an earlier run
+        of its worker, and any host's whose worker is not live. Each may still hold its job's secrets in its
+        environment, and run beside the job's next attempt. Returns how many; never raises."""
+        try:
+            containers = await self._fleet_containers()
+        except DockerUnavailable:
+            return 0
+        orphans = []
+        for container in containers:
+            labels = container.labels if isinstance(container.labels, dict) else {}
+            host = labels.get(LABEL_HOST)
+            if (host == self.host and labels.get(LABEL_INSTANCE) != self.instance) or host not in live_hosts | {
+                self.host
+            }:
+                orphans.append(container)
+        return await self._remove_all(orphans)
+
+    async def _remove_all(self, strays: list[Any]) -> int:
+        removed = 0
+        for container in strays:
+            try:
+                await self._call(container.remove, force=True)
+                removed += 1
+            except docker.errors.NotFound:
+                continue
+            except (docker.errors.DockerException, requests.exceptions.RequestException):
+                self.log("container_reap_failed", {"container": container.short_id})
+        if removed:
+            self.log("containers_reaped", {"count": removed})
+        return removed
+
+    def _create(self, spec: ContainerSpec) -> Any:
+        return self.client.containers.create(
+            spec.image,
+            # Removed by us once its end is read, never auto-removed: a daemon restarting with live-restore kills
+            # and drops an auto-remove container, where a plain one keeps running and is found again.
+            # A real PID 1 forwards the stop signal to the job and reaps its zombies, so a stop takes effect
+            # at once instead of after STOP_GRACE_S
+            init=True,
+            environment=dict(spec.environment),
+            labels={
+                LABEL_JOB: spec.job_id,
+                LABEL_HOST: self.host,
+                LABEL_FLEET: self.fleet,
+                LABEL_ATTEMPT: str(spec.attempt),
+                LABEL_INSTANCE: self.instance,
+            },
+            mem_limit=f"{spec.memory_mb}m",
+            network_mode=spec.network,
+            nano_cpus=round(spec.cpus * 1e9),
+            pids_limit=PIDS_LIMIT,
+            security_opt=["no-new-privileges"],
+            cap_drop=["ALL"],
+            log_config=LogConfig(type=LogConfig.types.JSON, config={"max-size": f"{spec.log_mb}m", "max-file": "1"}),
+            read_only=spec.read_only,
+            tmpfs={"/tmp": "rw,nosuid,nodev,size=256m"} if spec.read_only else None,  # noqa: S108 - in the container
+            **({"user": spec.user} if spec.user else {}),
+            volumes={str(spec.job_dir): {"bind": "/job", "mode": "ro"}},
+            detach=True,
+        )
+
+    async def run(self, spec: ContainerSpec, *, capture: bool, stop: StopRequest) -> ContainerEnd:
+        """Create, start and wait for the job's container, then remove it.
+
+        The timeout stops the container (SIGTERM, then SIGKILL after STOP_GRACE_S); so does a stop request,
+        after its own grace (none for a fenced job). A daemon that goes away mid-job is waited for until the job's
+        timeout, and the container found again (live-restore) rather than left running beside a retry. Raises
+        ImageMissing, or DockerUnavailable for a daemon failure.
+        """
+        try:
+            container = await self._call(self._create, spec)
+        except docker.errors.ImageNotFound as error:
+            raise ImageMissing(f"the image {spec.image} is not on this host") from error
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+            raise DockerUnavailable(f"the container could not be created ({type(error).__name__})") from error
+        try:
+            return await self._run_created(container, spec, capture=capture, stop=stop)
+        finally:
+            await self._remove(container, spec)
+
+    async def _remove(self, container: Any, spec: ContainerSpec) -> None:
+        try:
+            await self._call(container.remove, force=True)
+        except docker.errors.NotFound:
+            pass  # gone already (a daemon restarted without live-restore drops its containers)
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            self.log("container_remove_failed", {"jobId": spec.job_id})
+
+    async def _run_created(
+        self, container: Any, spec: ContainerSpec, *, capture: bool, stop: StopRequest
+    ) -> ContainerEnd:
+        try:
+            await self._call(container.start)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+            raise DockerUnavailable(f"the container could not be started ({type(error).__name__})") from error
+        deadline = asyncio.get_running_loop().time() + spec.timeout_s
+        status, timed_out, stopped = await self._await_end(container, spec, deadline, stop)
+        code = status.get("StatusCode") if isinstance(status, Mapping) else None
+        output = b""
+        if capture:
+            try:
+                output = await self._call(container.logs, stdout=True, stderr=True)
+            except (docker.errors.DockerException, requests.exceptions.RequestException):
+                self.log("container_logs_unreadable", {"jobId": spec.job_id})
+        return ContainerEnd(
+            code if isinstance(code, int) else None, timed_out=timed_out, aborted=stopped, output=output
+        )
+
+    async def _await_end(
+        self, container: Any, spec: ContainerSpec, deadline: float, stop: StopRequest
+    ) -> tuple[Mapping[str, Any], bool, bool]:
+        """The container's end status, whether the timeout ended it, and whether a stop request did."""
+        loop = asyncio.get_running_loop()
+        stopped = False
+        while True:
+            waiting = asyncio.ensure_future(self._call(container.wait, timeout=max(0.1, deadline - loop.time())))
+            if not stopped:
+                stopping = asyncio.ensure_future(stop.requested.wait())
+                try:
+                    await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopping.cancel()
+                if not waiting.done():
+                    stopped = True
+                    await self._stop(container, stop.grace_s)
+            try:
+                return await waiting, False, stopped
+            except requests.exceptions.RequestException as error:
+                # The SDK reports a read timeout on the wait as a connection error; before the job's timeout a
+                # dropped wait (refused, reset, cut short) is the daemon going away, which is not the job's end.
+                if loop.time() >= deadline - TIMEOUT_SLACK_S:
+                    await self._stop(container, STOP_GRACE_S)
+                    return await self._final_status(container), not stopped, stopped
+                found = await self._reattach(container, spec, deadline, error)
+                if found is not None:
+                    return found, False, stopped
+            except docker.errors.DockerException as error:
+                raise DockerUnavailable(f"the container's end was not seen ({type(error).__name__})") from error
+
+    async def _reattach(
+        self, container: Any, spec: ContainerSpec, deadline: float, lost: Exception
+    ) -> Mapping[str, Any] | None:
+        """Wait for the daemon to answer again: None when the container still runs (wait for it again), its
+        status when it ended meanwhile. Raises DockerUnavailable when it is gone, or the daemon is not back by
+        the job's timeout."""
+        loop = asyncio.get_running_loop()
+        self.log("docker_lost_mid_job", {"jobId": spec.job_id, "reason": type(lost).__name__})
+        while loop.time() < deadline:
+            await asyncio.sleep(REATTACH_POLL_S)
+            try:
+                found = await self._call(self.client.containers.get, container.id)
+            except docker.errors.NotFound as error:
+                raise DockerUnavailable("the job's container did not survive the daemon's restart") from error
+            except (docker.errors.DockerException, requests.exceptions.RequestException):
+                continue
+            state = found.attrs.get("State") if isinstance(found.attrs, Mapping) else None
+            self.log("container_reattached", {"jobId": spec.job_id})
+            if isinstance(state, Mapping) and state.get("Running"):
+                return None
+            return {"StatusCode": state.get("ExitCode") if isinstance(state, Mapping) else None}
+        raise DockerUnavailable("the Docker daemon did not come back before the job's timeout") from lost
+
+    async def _stop(self, container: Any, grace_s: float) -> None:
+        try:
+            await self._call(container.stop, timeout=grace_s)
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            self.log("container_stop_failed", {"container": container.short_id})
+
+    async def _final_status(self, container: Any) -> Mapping[str, Any]:
+        try:
+            status: Mapping[str, Any] = await self._call(container.wait, timeout=STOP_GRACE_S * 2)
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return {}
+        return status
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.client.close()

@@ -1,0 +1,179 @@
+"""Run records on this host's disk: the durable copy, written atomically before anything is mirrored.
+
+Files are `<sanitized job id>.json` in PI_LOGS_DIR. A record is written to a temporary file and renamed
+into place, so a reader or a crash never sees a torn record. The reaper deletes `.json` and `.log`
+files older than the retention window, by mtime only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from pi_dispatch.core.jscompat import DAY_MS, js_json, js_json_parse
+from pi_dispatch.core.names import record_stem
+from pi_dispatch.infra.clock import wall_ms
+from pi_dispatch.infra.events import EventLog, discard
+
+# Temporary files end in neither .json nor .log, so the reaper and readers never take them for records.
+_TEMP_SUFFIX = ".partial"
+
+
+def record_path(logs_dir: Path, job_id: object) -> Path:
+    """Where a job's record lives (`names.record_stem`: unique per id, bounded in length)."""
+    return logs_dir / f"{record_stem(job_id)}.json"
+
+
+def write_atomically(target: Path, content: bytes, mode: int | None = None) -> None:
+    """Temp file, fsync, rename, fsync of the folder: once this returns, the file survives a crash whole.
+    The file is private (0600) unless mode says otherwise."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp_name = tempfile.mkstemp(dir=target.parent, prefix=".", suffix=_TEMP_SUFFIX)
+    try:
+        if mode is not None:
+            os.fchmod(handle, mode)
+        with os.fdopen(handle, "wb") as temp:
+            temp.write(content)
+            temp.flush()
+            os.fsync(temp.fileno())
+        Path(temp_name).replace(target)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+    folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(folder)  # the rename itself is durable only once the folder is
+    finally:
+        os.close(folder)
+
+
+def failure_name(error: BaseException) -> str:
+    """A write's failure by its cause (`ENOSPC`, `EROFS`, ...), never its path."""
+    code = getattr(error, "errno", None)
+    return errno.errorcode.get(code, type(error).__name__) if isinstance(code, int) else type(error).__name__
+
+
+def write_record(logs_dir: Path, record: Mapping[str, Any], log: EventLog = discard) -> Path | None:
+    """Write the record durably. Returns its path, or None after logging why."""
+    try:
+        target = record_path(logs_dir, record.get("jobId"))
+        write_atomically(target, (js_json(record) + "\n").encode("utf-8"))
+        return target
+    except Exception as error:
+        log("run_record_failed", {"jobId": record_stem(record.get("jobId")), "reason": failure_name(error)})
+        return None
+
+
+def write_job_log(logs_dir: Path, job_id: object, output: bytes, log: EventLog = discard) -> Path | None:
+    """Write a job's raw container output to `<stem>.log` (mode 0600: it can quote issue text). Never raises."""
+    try:
+        target = logs_dir / f"{record_stem(job_id)}.log"
+        write_atomically(target, output)
+        return target
+    except Exception as error:
+        log("job_log_failed", {"jobId": record_stem(job_id), "reason": failure_name(error)})
+        return None
+
+
+def read_records_counted(logs_dir: Path, limit: int = 1_000) -> tuple[list[Any], int]:
+    """The newest records on disk by mtime, parsed, and how many were skipped as unreadable (never fatal)."""
+    try:
+        entries = [entry for entry in os.scandir(logs_dir) if entry.name.endswith(".json") and entry.is_file()]
+    except OSError:
+        return [], 0
+    entries.sort(key=lambda entry: entry.stat().st_mtime_ns, reverse=True)
+    records: list[Any] = []
+    skipped = 0
+    for entry in entries[:limit]:
+        try:
+            record = js_json_parse(Path(entry.path).read_bytes())
+        except (OSError, ValueError):
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            skipped += 1
+    return records, skipped
+
+
+def read_records(logs_dir: Path, limit: int = 1_000) -> list[Any]:
+    """The newest records on disk by mtime, parsed; unreadable files are skipped, never fatal."""
+    return read_records_counted(logs_dir, limit)[0]
+
+
+def reap_logs(logs_dir: Path, retention_days: int, *, now: Callable[[], int] = wall_ms, log: EventLog = discard) -> int:
+    """Delete `.json`/`.log` files older than the retention window; 0 days keeps everything."""
+    if retention_days == 0:
+        return 0
+    cutoff_ns = (now() - retention_days * DAY_MS) * 1_000_000
+    removed = 0
+    try:
+        entries = list(os.scandir(logs_dir))
+    except OSError as error:
+        log("log_reaper_skipped", {"reason": type(error).__name__})
+        return 0
+    for entry in entries:
+        if not entry.name.endswith((".json", ".log")):
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime_ns < cutoff_ns:
+                Path(entry.path).unlink()
+                removed += 1
+                log("reaped_log", {"file": entry.name})
+        except OSError as error:
+            log("log_reaper_skipped", {"file": entry.name, "reason": type(error).__name__})
+    return removed
+
+
+class Mirror(Protocol):
+    """What the recorder needs of the fleet mirror."""
+
+    async def mirror(self, record: Mapping[str, Any] | None, sanitized_job_id: str) -> bool: ...
+
+
+class RunRecorder:
+    """Record a finished run: the file first, durably; then, without waiting, the fleet mirror.
+
+    The order is the point: the fleet never shows a run whose file does not exist. A record that cannot be
+    written (disk full, read-only) is logged with why and kept, and `retry` (each beat) writes it, then mirrors
+    it, once the disk takes it again; nothing is dropped while the worker runs. The mirror is only given when
+    this host declared a worker name.
+    """
+
+    def __init__(self, logs_dir: Path, mirror: Mirror | None, log: EventLog = discard) -> None:
+        self.logs_dir = logs_dir
+        self.mirror = mirror
+        self.log = log
+        self._in_flight: set[asyncio.Task[bool]] = set()
+        self.unwritten: dict[str, Mapping[str, Any]] = {}  # record stem -> the latest record not yet on disk
+
+    def record(self, record: Mapping[str, Any]) -> Path | None:
+        """Write the record file, then start mirroring it; returns the file's path (None: kept for a retry)."""
+        stem = record_stem(record.get("jobId"))
+        path = write_record(self.logs_dir, record, self.log)
+        if path is None:
+            self.unwritten[stem] = record
+            return None
+        self.unwritten.pop(stem, None)
+        if self.mirror is not None:
+            task = asyncio.ensure_future(self.mirror.mirror(record, stem))
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
+        return path
+
+    def retry(self) -> int:
+        """Write (then mirror) the records the disk refused before; returns how many are still unwritten."""
+        for record in list(self.unwritten.values()):
+            if self.record(record) is not None:
+                self.log("run_record_written_late", {"jobId": record_stem(record.get("jobId"))})
+        return len(self.unwritten)
+
+    async def settle(self) -> None:
+        """Wait for mirrors still in flight (each is bounded), e.g. before shutdown."""
+        if self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)

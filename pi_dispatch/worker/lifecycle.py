@@ -1,0 +1,388 @@
+"""The worker's lifecycle: drains `pi-jobs` and its own `pi-jobs@<name>`, one container per job, until told to stop.
+
+It beats its registry row, re-homes the queues of named hosts that stay silent (`fleet/rehome.py`), keeps its cron
+schedulers equal to its triggers file (`cron.py`), and watches its own health. SIGTERM drains: nothing new is
+taken, running containers get PI_DRAIN_GRACE_MS, then they are stopped and their jobs put back for another
+host; the exit is 0. A queue consumer that ends, a store that
+stays unreachable past its budget, or a Docker daemon gone while no job runs, end the worker with exit 1 and a
+one-line reason, so systemd starts it again; exit 2 is only ever a configuration error. What one attempt does
+is `attempts.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pi_dispatch.config.worker_settings import WorkerSettings, password_text
+from pi_dispatch.core.capabilities import is_live
+from pi_dispatch.core.errors import ExitStatus
+from pi_dispatch.core.jobs import QueuedJob
+from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
+from pi_dispatch.core.reasons import Reason
+from pi_dispatch.fleet.hosts import FleetHost, heartbeat_row
+from pi_dispatch.fleet.liveness import CONSUMER_STUCK_S, IDLE_POLL_S, progress_facts, stuck_consumer
+from pi_dispatch.fleet.mirror import RunMirror
+from pi_dispatch.fleet.registry import HostRegistry, LiveHosts, read_live_hosts
+from pi_dispatch.fleet.rehome import MAX_STALLS, Rehomer, queue_counts
+from pi_dispatch.infra.clock import host_zone, wall_ms
+from pi_dispatch.infra.events import EventLog, discard
+from pi_dispatch.infra.sdnotify import notify, watchdog_interval_s
+from pi_dispatch.infra.valkey import bounded, connect, describe, fleet_id, with_password
+from pi_dispatch.triggers.file import Trigger
+from pi_dispatch.triggers.schedules import load_cron
+from pi_dispatch.triggers.watch import TriggerWatch
+from pi_dispatch.worker.attempts import Attempts, attempts_made
+from pi_dispatch.worker.containers import STOP_GRACE_S, ContainerRuntime
+from pi_dispatch.worker.cron import CronSchedules
+from pi_dispatch.worker.history import RunRecorder, reap_logs
+from pi_dispatch.worker.jobdirs import clear_job_dirs
+from pi_dispatch.worker.metrics import WorkerMetrics
+from pi_dispatch.worker.oneshot import OneShots
+from pi_dispatch.worker.waitgate import WaitGate
+
+SWEEP_INTERVAL_S: Final = 24 * 3600
+HEALTH_INTERVAL_S: Final = 5.0
+# The store or Docker may be away this many lock durations (never less than the floor) before the worker gives
+# up and exits 1 for systemd to start it again; by then every job it held has been fenced and put back.
+FAULT_BUDGET_LOCKS: Final = 2
+FAULT_BUDGET_FLOOR_S: Final = 10.0
+TRIGGERS_LABEL: Final = "PI_TRIGGERS_FILE"  # how logs and errors name the file: a name, never its path
+
+
+@dataclass
+class Worker:
+    """One host's worker. `run` returns the exit status: 0 once `stop` is set and the drain is over, 1 on a fault."""
+
+    settings: WorkerSettings
+    runtime: ContainerRuntime
+    log: EventLog = discard
+    now: Callable[[], int] = wall_ms
+    jitter: Callable[[], float] = random.random
+    beat_ms: int | None = None
+    stuck_after_s: float = CONSUMER_STUCK_S
+    idle_poll_s: float = IDLE_POLL_S
+
+    def __post_init__(self) -> None:
+        self.metrics = WorkerMetrics(enabled=bool(self.settings.metrics_addr))
+        self.log = self.metrics.observe(self.log)
+        self.stuck = False
+        self.name = self.settings.worker_name
+        self.queues = [SHARED_QUEUE] + ([host_queue_name(self.name)] if self.settings.worker_name_declared else [])
+        self.bullmq_workers: list[Any] = []
+
+    @property
+    def running(self) -> dict[str, Any]:
+        return self.attempts.running
+
+    async def run(self, stop: asyncio.Event) -> int:
+        settings = self.settings
+        boot_text, triggers = await self._read_triggers()
+        reaped, digest = await self._prepare_host()
+        password = password_text(settings)
+        self.client = connect(settings.valkey_url, password)
+        try:
+            await bounded(self.client.ping(), 5)
+        except Exception as error:
+            return await self._end(f"Valkey is unreachable ({describe(error)})")
+        connection = with_password(settings.valkey_url, password)
+        self._assemble(connection, triggers)
+        await self.registry.start(self._row(digest or ""))
+        await self._start_consumers(connection)
+        watch = await self._start_cron(boot_text)
+        runs = [asyncio.ensure_future(bull.run()) for bull in self.bullmq_workers]
+        rehomer = Rehomer(
+            self.client, connection, settings.rehome_after_ms, settings.lock_duration_ms, self.log, self.now
+        )
+        background = [
+            asyncio.ensure_future(self._sweep_forever()),
+            asyncio.ensure_future(rehomer.run_forever(stop)),
+            asyncio.ensure_future(self._upkeep()),
+        ]
+        health = asyncio.ensure_future(self._health())
+        self.log("worker_started", {"queues": self.queues, "concurrency": settings.concurrency, "reaped": reaped})
+        notify("READY=1")
+        if (interval := watchdog_interval_s()) is not None:
+            background.append(asyncio.ensure_future(self._feed_watchdog(interval)))
+        stopping = asyncio.ensure_future(stop.wait())
+        done, _ = await asyncio.wait([stopping, health, *runs], return_when=asyncio.FIRST_COMPLETED)
+        fault = None
+        if stopping not in done:
+            fault = health.result() if health in done else "a queue consumer ended"
+            self.log("worker_failing", {"reason": fault})
+        notify("STOPPING=1")
+        for task in (stopping, health, *background):
+            task.cancel()
+        await self._wind_down(watch, runs, background, rehomer)
+        return await self._end(fault)
+
+    def _assemble(self, connection: Any, triggers: list[Trigger] | None) -> None:
+        """This worker's parts over its store client: records and their mirror, attempts, the registry, cron."""
+        settings = self.settings
+        assert self.client is not None
+        mirror = (
+            RunMirror(self.client, settings.log_retention_days, log=self.log) if settings.worker_name_declared else None
+        )
+        self.recorder = RunRecorder(settings.logs_dir, mirror, self.log)
+        wait_gate = WaitGate(settings, self.client, self.now, self.jitter, self.log)
+        self.attempts = Attempts(settings, self.runtime, self.client, self.recorder, wait_gate, self.now, self.log)
+        self.attempts.metrics = self.metrics
+        self.attempts.one_shots = OneShots(settings.triggers_file, self.log)
+        self._serve_metrics()
+        self.registry = HostRegistry(self.client, self.name, log=self.log, progress=self._live_facts)
+        if self.beat_ms is not None:
+            self.registry.beat_ms = self.beat_ms
+        self.cron = CronSchedules(
+            self.client,
+            connection,
+            self.queues[-1],  # its own queue when named, else the shared one
+            host_zone(settings.tz),
+            self.name,
+            not settings.worker_name_declared,
+            self.registry.publish,
+            triggers,
+            self.log,
+        )
+
+    async def _wind_down(
+        self,
+        watch: TriggerWatch | None,
+        runs: Sequence[asyncio.Future[Any]],
+        background: Sequence[asyncio.Future[Any]],
+        rehomer: Rehomer,
+    ) -> None:
+        """After the stop: cron and the watch first, then the drain, the consumers, the records, the row last."""
+        if watch is not None:
+            watch.stop()
+        await self.cron.close()
+        await self._drain()
+        for task in runs:
+            task.cancel()
+        await asyncio.gather(*runs, *background, return_exceptions=True)
+        await rehomer.close()
+        await self.recorder.settle()
+        if self.recorder.unwritten and self.recorder.retry():
+            self.log("run_records_unwritten", {"count": len(self.recorder.unwritten)})  # the disk still refuses them
+        # A stuck worker's last row (consumer: stuck) stays until its restart replaces it or it ages out, so
+        # routers keep leaving this host out meanwhile.
+        await self.registry.close(keep_row=self.stuck)
+
+    async def _read_triggers(self) -> tuple[bytes, list[Trigger] | None]:
+        """The triggers file's bytes and triggers (None: cron disabled). A file that does not load is a config
+        error: the worker exits 2 before it touches anything."""
+        if self.settings.triggers_file is None:
+            return b"", None
+        return await asyncio.to_thread(load_cron, self.settings.triggers_file, TRIGGERS_LABEL)
+
+    async def _prepare_host(self) -> tuple[int, str | None]:
+        """Before anything is taken: a dead worker's containers and job folders removed, the job image's id
+        read, old logs reaped. Returns how many containers went and the image's id."""
+        settings = self.settings
+        reaped = await self.runtime.reap()
+        await asyncio.to_thread(clear_job_dirs, settings.jobs_dir, self.name)
+        digest = await self.runtime.image_id(settings.job_image)
+        if digest is None:
+            self.log("job_image_missing", {"image": settings.job_image})
+        with contextlib.suppress(OSError):
+            settings.logs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        await asyncio.to_thread(reap_logs, settings.logs_dir, settings.log_retention_days, log=self.log)
+        return reaped, digest
+
+    async def _start_cron(self, boot_text: bytes) -> TriggerWatch | None:
+        """Reconcile the schedulers (refused or failed: tried again each beat), then watch the file."""
+        await self.cron.reconcile()
+        path = self.settings.triggers_file
+        if path is None:
+            return None
+        watch = TriggerWatch(path, TRIGGERS_LABEL, self.cron.changed, self.log)
+        watch.start(boot_text)
+        return watch
+
+    async def _end(self, fault: str | None) -> int:
+        self.metrics.close()
+        with contextlib.suppress(Exception):
+            await bounded(self.client.aclose(), 2)
+        self.runtime.close()
+        if fault is None:
+            self.log("worker_stopped", {})
+            return ExitStatus.OK
+        self.log("worker_stopped", {"reason": fault, "exit": int(ExitStatus.FAILURE)})
+        return ExitStatus.FAILURE
+
+    async def _start_consumers(self, connection: str) -> None:
+        from pi_dispatch.worker.consumers import GuardedConsumer
+
+        settings = self.settings
+        options = {
+            "connection": connection,
+            "concurrency": settings.concurrency,
+            "autorun": False,
+            "lockDuration": settings.lock_duration_ms,
+            "stalledInterval": settings.lock_duration_ms,
+            "maxStalledCount": MAX_STALLS,
+            "drainDelay": self.idle_poll_s,
+        }
+        for queue in self.queues:
+            bull = GuardedConsumer(queue, self._processor(queue), dict(options), self._failed_unread)
+            bull.on("error", lambda error, *_: self.log("queue_error", {"reason": type(error).__name__}))
+            bull.on("failed", self._failed_unrun)
+            with contextlib.suppress(Exception):  # delays would otherwise fire on whole seconds
+                await bounded(bull.blockingRedisConnection.getRedisVersion(), 5)
+                await bounded(bull.redisConnection.getRedisVersion(), 5)
+            self.bullmq_workers.append(bull)
+
+    def _processor(self, queue: str) -> Callable[[QueuedJob, str], Any]:
+        async def process(job: QueuedJob, token: str) -> dict[str, object]:
+            return await self.attempts.process(job, token, queue)
+
+        return process
+
+    def _failed_unread(self, job: Any, reason: Reason) -> None:
+        """A job failed unread (its stored data cannot be parsed) still gets a record."""
+        self.attempts.record(job, {}, self.now(), None, {"reason": reason})
+        self.log(
+            "job_unreadable", {"jobId": str(job.id), "queue": str(getattr(job, "queueName", "")), "reason": reason}
+        )
+
+    def _failed_unrun(self, job: Any, error: Any, *_: Any) -> None:
+        """A job BullMQ failed without running it (it stalled more than MAX_STALLS times) still gets a record."""
+        if getattr(job, "deferredFailure", None):
+            data = job.data if isinstance(job.data, dict) else {}
+            self.attempts.record(job, data, self.now(), None, {"reason": Reason.JOB_STALLED})
+            fields = {"jobId": str(job.id), "queue": str(getattr(job, "queueName", "")), "reason": Reason.JOB_STALLED}
+            self.log("job_failed", {**fields, "attempt": attempts_made(job)})
+
+    async def _health(self) -> str:
+        """Returns why the worker cannot go on: Docker gone with no job to wait for, or the store gone too long."""
+        budget_s = max(FAULT_BUDGET_FLOOR_S, FAULT_BUDGET_LOCKS * self.settings.lock_duration_ms / 1000)
+        interval = min(HEALTH_INTERVAL_S, budget_s / 4)
+        docker_lost: float | None = None
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            if (stuck := stuck_consumer(self.bullmq_workers, now, self.stuck_after_s)) is not None:
+                self.stuck = True  # the row says so at once, so routers leave this host out before it restarts
+                await self.registry.publish()
+                self.log("consumer_stuck", {"queue": stuck.queue, "seconds": round(stuck.seconds)})
+                return stuck.reason
+            docker_lost = None if await self.runtime.ping() else (docker_lost or now)
+            if docker_lost is not None and now - docker_lost >= budget_s and not self.running:
+                return f"the Docker daemon has been unreachable for {now - docker_lost:.0f} s"
+            away = self.registry.unreachable_for()
+            if away >= budget_s:
+                return f"Valkey has been unreachable for {away:.0f} s"
+
+    async def _upkeep(self) -> None:
+        """Each beat: write the records the disk refused before, and remove containers nobody waits for (a dead
+        worker's, which still hold their job's secrets and could run beside its next attempt)."""
+        while True:
+            await asyncio.sleep(self.registry.beat_ms / 1000)
+            if self.recorder.unwritten and self.recorder.retry():
+                self.log("run_records_unwritten", {"count": len(self.recorder.unwritten)})
+            await self._measure()
+            await self.cron.retry()
+            live = await read_live_hosts(self.client)
+            if isinstance(live, LiveHosts):
+                alive = {str(host["name"]) for host in live.hosts if is_live(host)}
+                if removed := await self.runtime.sweep_orphans(alive):
+                    self.log("orphans_removed", {"count": removed})
+
+    async def _measure(self) -> None:
+        """The metrics read once a beat: the last beat and poll, and this host's queues' depths (bounded)."""
+        if not self.metrics.enabled:
+            return
+        self.metrics.beat(self.registry.last_beat_ms / 1000)
+        self.metrics.polled(max((bull.polled_at_ms for bull in self.bullmq_workers), default=0) / 1000)
+        for queue in self.queues:
+            with contextlib.suppress(Exception):  # an unreachable store leaves the last depths in place
+                self.metrics.depth(queue, (await queue_counts(self.client, queue)).by_state())
+
+    def _serve_metrics(self) -> None:
+        address = self.settings.metrics_addr
+        if not address:
+            return
+        self.metrics.live(lambda: len(self.running), self.settings.concurrency)
+        try:
+            self.metrics.serve(address)
+        except OSError as error:  # a taken port costs the metrics, never the worker
+            self.log("metrics_unavailable", {"reason": describe(error)})
+            return
+        self.log("metrics_serving", {"address": address})
+
+    async def _feed_watchdog(self, interval_s: float) -> None:
+        """WATCHDOG=1 from the event loop itself: a loop blocked past WatchdogSec is killed and restarted."""
+        while True:
+            notify("WATCHDOG=1")
+            await asyncio.sleep(interval_s)
+
+    async def _drain(self) -> None:
+        """Take nothing new; let running containers finish within the grace, then stop them and put their jobs back."""
+        self.attempts.draining.set()
+        self.log("worker_draining", {"running": len(self.running)})
+        # Pausing stops fetching and waits for the jobs in hand while their locks are still renewed;
+        # BullMQ's close() stops renewing them at once, which would hand a long job to a second host.
+        pausing = [asyncio.ensure_future(bull.pause()) for bull in self.bullmq_workers]
+        _, pending = await asyncio.wait(pausing, timeout=self.settings.drain_grace_ms / 1000) if pausing else ((), ())
+        if pending:
+            self.log("drain_grace_over", {"running": len(self.running)})
+            self.attempts.abort_all()
+            _, pending = await asyncio.wait(pending, timeout=STOP_GRACE_S * 3)
+        for task in pending:
+            task.cancel()
+        closing = [asyncio.ensure_future(bull.close()) for bull in self.bullmq_workers]
+        if closing:
+            _, pending = await asyncio.wait(closing, timeout=STOP_GRACE_S)
+            for task in pending:
+                task.cancel()
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL_S)
+            settings = self.settings
+            await asyncio.to_thread(reap_logs, settings.logs_dir, settings.log_retention_days, log=self.log)
+
+    def _live_facts(self) -> dict[str, str]:
+        """The row's facts read for every beat: progress (`fleet/liveness.py`) and cron (`fpCron`, `cronCount`)."""
+        concurrency = self.settings.concurrency
+        progress = progress_facts(self.bullmq_workers, self.attempts.running_since, concurrency, self.stuck)
+        return progress | dict(self.cron.row_facts())
+
+    def _row(self, image_digest: str) -> dict[str, object]:
+        settings = self.settings
+        return dict(
+            heartbeat_row(
+                FleetHost.of_settings(settings),
+                image=settings.job_image,
+                image_digest=image_digest,
+                concurrency=settings.concurrency,
+                pid=os.getpid(),
+                tz=host_zone(settings.tz),
+            )
+        )
+
+
+def settings_summary(settings: WorkerSettings) -> dict[str, object]:
+    """What the worker logs at boot: names and numbers, never a path or a secret."""
+    return {
+        "worker": settings.worker_name,
+        "declared": settings.worker_name_declared,
+        "secretProfiles": sorted(settings.secret_profiles),
+        "waitProfiles": sorted(settings.wait_profiles),
+        "concurrency": settings.concurrency,
+        "image": settings.job_image,
+    }
+
+
+async def serve(settings: WorkerSettings, log: EventLog, stop: asyncio.Event) -> int:
+    """Connect to Docker, run the worker until stop is set. Raises DockerUnavailable when Docker is not there."""
+    runtime = await asyncio.to_thread(
+        ContainerRuntime.connect, settings.worker_name, settings.concurrency, log, fleet_id(settings.valkey_url)
+    )
+    log("worker_config", settings_summary(settings))
+    return await Worker(settings, runtime, log).run(stop)

@@ -1,0 +1,152 @@
+"""The worker's Prometheus metrics (prometheus-client), served on PI_METRICS_ADDR.
+
+Job counts come from the worker's own event stream (`observe` wraps its EventLog), so a count and the log line
+that tells of it cannot disagree. Timings, gauges and queue depths are set where they are measured. With no
+address the worker keeps no metrics at all: each hook returns at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pi_dispatch.infra.events import EventLog
+
+# How the worker's log names an attempt's end, and the outcome label each one counts under.
+OUTCOME_EVENTS: Final = {
+    "job_done": None,  # the event's own outcome says which: completed, or a refusal returned as a policy outcome
+    "job_unreadable": "refused",  # failed unread: its stored data cannot be parsed
+    "job_failed": "failed",
+    "job_held": "held",
+    "job_put_back": "put back",
+}
+DONE_OUTCOMES: Final = {"completed": "completed", "policy": "refused", "failed": "failed"}
+QUEUE_STATES: Final = ("waiting", "delayed", "active", "prioritized", "failed")
+DURATION_BUCKETS: Final = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, float("inf"))
+GATE_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, float("inf"))
+
+
+@dataclass
+class WorkerMetrics:
+    """Every metric the worker exposes, in a registry of its own. `enabled=False` keeps nothing."""
+
+    enabled: bool = True
+    registry: Any = None
+    _server: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.enabled:
+            return
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry(auto_describe=True)
+        registry = self.registry
+        self.jobs = Counter(
+            "pi_dispatch_jobs", "Attempts by how they ended.", ["queue", "outcome", "reason"], registry=registry
+        )
+        self.duration = Histogram(
+            "pi_dispatch_job_duration_seconds",
+            "A job container's run, from start to end.",
+            ["outcome"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.running = Gauge("pi_dispatch_running_jobs", "Job containers running now.", registry=registry)
+        self.slots = Gauge(
+            "pi_dispatch_slots", "Containers this host runs at once (PI_CONCURRENCY).", registry=registry
+        )
+        self.queue_jobs = Gauge(
+            "pi_dispatch_queue_jobs",
+            "Jobs in this host's queues by state, read each beat.",
+            ["queue", "state"],
+            registry=registry,
+        )
+        self.last_beat = Gauge(
+            "pi_dispatch_last_beat_timestamp_seconds",
+            "When the registry last took this host's beat.",
+            registry=registry,
+        )
+        self.last_poll = Gauge(
+            "pi_dispatch_last_poll_timestamp_seconds",
+            "When a queue consumer last asked the store for a job.",
+            registry=registry,
+        )
+        self.mirror_failures = Counter(
+            "pi_dispatch_mirror_failures", "Run records the fleet mirror did not take.", registry=registry
+        )
+        self.gate_duration = Histogram(
+            "pi_dispatch_gate_duration_seconds",
+            "Pre-spend gates: secret resolution and wait checks.",
+            ["gate"],
+            buckets=GATE_BUCKETS,
+            registry=registry,
+        )
+
+    def observe(self, log: EventLog) -> EventLog:
+        """The event log, counting each attempt's end (and each mirror failure) as it goes by."""
+        if not self.enabled:
+            return log
+
+        def counted(event: str, fields: Mapping[str, object]) -> None:
+            log(event, fields)
+            if event in OUTCOME_EVENTS:
+                outcome = OUTCOME_EVENTS[event] or DONE_OUTCOMES.get(str(fields.get("outcome")), "completed")
+                labels = (str(fields.get("queue", "")), outcome, str(fields.get("reason") or ""))
+                self.jobs.labels(*labels).inc()
+            elif event == "run_mirror_failed":
+                self.mirror_failures.inc()
+
+        return counted
+
+    @contextlib.contextmanager
+    def timed_gate(self, gate: str) -> Iterator[None]:
+        if not self.enabled:
+            yield
+            return
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.gate_duration.labels(gate).observe(time.perf_counter() - started)
+
+    def ran(self, outcome: str, seconds: float) -> None:
+        """A container's run, under the outcome label `pi_dispatch_jobs_total` counts it by."""
+        if self.enabled:
+            self.duration.labels(DONE_OUTCOMES.get(outcome, outcome)).observe(seconds)
+
+    def live(self, running: Callable[[], int], slots: int) -> None:
+        """Gauges read when scraped: the containers running now, and the slots."""
+        if self.enabled:
+            self.running.set_function(running)
+            self.slots.set(slots)
+
+    def beat(self, at_s: float) -> None:
+        if self.enabled:
+            self.last_beat.set(at_s)
+
+    def polled(self, at_s: float) -> None:
+        if self.enabled and at_s:
+            self.last_poll.set(at_s)
+
+    def depth(self, queue: str, counts: Mapping[str, int]) -> None:
+        if self.enabled:
+            for state, count in counts.items():
+                self.queue_jobs.labels(queue, state).set(count)
+
+    def serve(self, address: str) -> None:
+        """Expose /metrics on host:port (a thread of prometheus-client's own server)."""
+        if not self.enabled:
+            return
+        from prometheus_client import start_http_server
+
+        host, _, port = address.rpartition(":")
+        self._server, _ = start_http_server(int(port), host.strip("[]"), registry=self.registry)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

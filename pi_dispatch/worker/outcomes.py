@@ -1,0 +1,47 @@
+"""How an attempt ends: the container exit-code protocol, and the two ways an attempt leaves without a result.
+
+Exit 0 is completed; exit 2 is a policy refusal (returned, never retried); a timeout is `job-timeout` (not
+retried); exit 1 or anything else is an infra failure that BullMQ retries. A drain puts the job back on its
+queue untouched. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pi_dispatch.core.reasons import ExitCode, Outcome, Reason, job_result
+
+
+class JobFailure(Exception):
+    """A failed attempt: its reason and exit code are recorded; `retry` says whether BullMQ should retry."""
+
+    def __init__(self, reason: Reason, exit_code: int | None = None, *, retry: bool) -> None:
+        self.reason, self.exit_code, self.retry = reason, exit_code, retry
+        super().__init__(reason if exit_code is None else f"{reason} (exit {exit_code})")
+
+
+class PutBack(Exception):
+    """The job goes back on its queue untouched: the worker is draining."""
+
+
+def container_result(end: ContainerEnd) -> dict[str, object]:
+    """The job's result from how its container ended, or the JobFailure / PutBack it ends as instead."""
+    if end.aborted:
+        raise PutBack
+    if end.timed_out:
+        raise JobFailure(Reason.JOB_TIMEOUT, end.exit_code, retry=False)
+    if end.exit_code == ExitCode.OK:
+        return job_result(Outcome.COMPLETED, None, ExitCode.OK)
+    if end.exit_code == ExitCode.POLICY:
+        return job_result(Outcome.POLICY, Reason.CONTAINER_POLICY, ExitCode.POLICY)
+    raise JobFailure(Reason.CONTAINER_FAILED, end.exit_code, retry=True)
+
+
+@dataclass(frozen=True)
+class ContainerEnd:
+    """How a job's container ended: its exit code, or why there is none worth reading."""
+
+    exit_code: int | None
+    timed_out: bool = False
+    aborted: bool = False
+    output: bytes = b""

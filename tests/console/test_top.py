@@ -1,0 +1,126 @@
+"""`pi-dispatch top`: frames rendered from a live example fleet, an unreachable store, and the live screen left
+with `q` in a real terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from typing import Any
+
+import pytest
+from bullmq import Queue
+from rich.console import Console
+
+from pi_dispatch.console.top import Frame, render
+from pi_dispatch.demo.run import EXAMPLE
+from pi_dispatch.fleet.hosts import FleetHost, HostQueue, QueueCounts, heartbeat_row
+from pi_dispatch.fleet.inventory import load_inventory
+from pi_dispatch.fleet.mirror import RunMirror
+from pi_dispatch.fleet.registry import HostRegistry
+from pi_dispatch.infra.valkey import connect
+from pi_dispatch.testing.jobs import forge_job
+from tests.support.helpers import Terminal, run_cli
+
+
+def shown(frame: Frame, *, live: bool = False) -> str:
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(render(frame, 120_000, live=live))
+    return console.export_text()
+
+
+def test_a_frame_shows_store_values_as_text_and_marks_a_host_that_does_not_drain() -> None:
+    now = 1_800_000_000_000
+    rows: list[dict[str, object]] = [
+        {
+            "name": "mini1",
+            "routes": "true",
+            "caps": "s:prod",
+            "staleMs": 2_000,
+            "startedAt": str(now - 600_000),
+            "concurrency": "2",
+            "slotsFree": "1",
+            "polledAt": str(now - 3_000),
+            "consumer": "ok",
+        },
+        {"name": "mini2", "routes": "true", "caps": "", "staleMs": 1_000, "concurrency": "2", "consumer": "stuck"},
+        {"name": "node1", "routes": "false", "caps": "", "staleMs": 900_000},
+    ]
+    queues = [
+        HostQueue("pi-jobs", "", QueueCounts(waiting=3, failed=1), None, now - 42_000),
+        HostQueue("pi-jobs@gone", "gone", QueueCounts(waiting=2), now - 60_000),
+    ]
+    runs: list[Any] = [{"endedAt": "[red]x[/red]\x1b[2J", "jobId": "gh-1", "host": "mini1", "outcome": "completed"}]
+    text = shown(Frame(now, "redis://127.0.0.1:6379", None, rows, [], queues, runs, "ok"))
+    lines = {line.split("│")[1].strip(): line for line in text.splitlines() if line.count("│") > 3}
+    assert "yes" in lines["mini1"] and "1/2" in lines["mini1"] and "3 s ago" in lines["mini1"]
+    assert "10 s ago" not in lines["mini1"] and "NOT DRAINING" not in lines["mini1"]
+    assert "no: stuck" in lines["mini2"] and "NOT DRAINING" in lines["mini2"]
+    assert "no: silent" in lines["node1"] and "NOT DRAINING" not in lines["node1"]
+    assert "42 s ago" in lines["pi-jobs"] and "in 60 s" in lines["pi-jobs@gone"]
+    assert "[red]x[/red]\\x1b[2J" in text  # markup and escapes shown as text, never acted on
+    assert "q or Ctrl-C" not in text
+
+
+def test_an_unreachable_store_is_a_frame_that_says_so() -> None:
+    frame = Frame(1_800_000_000_000, "redis://127.0.0.1:1", unreachable="ConnectionError: refused")
+    assert "Valkey is unreachable (ConnectionError: refused)." in shown(frame)
+    assert "trying again every second" in shown(frame, live=True)
+    answered = run_cli("top", "--once", "--valkey-url", "redis://127.0.0.1:1")
+    assert answered.returncode == 1 and "Valkey is unreachable" in answered.stdout
+
+
+async def _example_fleet(url: str) -> list[HostRegistry]:
+    """The example inventory's workers as their registries publish them, jobs on the queues, a mirrored run."""
+    client = connect(url)
+    await client.flushdb()
+    registries = []
+    for host in load_inventory(EXAMPLE / "hosts.yml"):
+        fleet_host = FleetHost.of_inventory(host)
+        registry = HostRegistry(client, fleet_host.worker_name)
+        facts: dict[str, Any] = dict(heartbeat_row(fleet_host, concurrency=2))
+        facts |= {"polledAt": str(int(time.time() * 1000)), "slotsFree": "2", "consumer": "ok"}
+        if fleet_host.worker_name == "mini2":
+            facts["consumer"] = "stuck"
+        await registry.start(facts)
+        registries.append(registry)
+    for queue_name, count in (("pi-jobs", 3), ("pi-jobs@mini1", 2)):
+        queue = Queue(queue_name, {"connection": url})
+        for number in range(count):
+            await queue.add("github", forge_job(number), {"jobId": f"gh-{queue_name}-{number}"})
+        await queue.close()
+    record = {"jobId": "gh-done", "host": "mini1", "outcome": "completed", "endedAt": "2026-11-30T10:00:00.000Z"}
+    await RunMirror(client, 14).mirror(record, "gh-done")
+    return registries
+
+
+@pytest.mark.redis
+async def test_top_once_renders_the_live_example_fleet(valkey_url: str) -> None:
+    registries = await _example_fleet(valkey_url)
+    try:
+        answered = await asyncio.to_thread(run_cli, "top", "--once", "--valkey-url", valkey_url)
+    finally:
+        for registry in registries:
+            await registry.close()
+        await registries[0].client.aclose()
+    assert answered.returncode == 0, answered.stderr
+    lines = {line.split("│")[1].strip(): line for line in answered.stdout.splitlines() if line.count("│") > 3}
+    assert "yes" in lines["mini1"] and "s:prod,w:ci,w:nightly" in lines["mini1"]
+    assert "NOT DRAINING" in lines["mini2"] and "no: stuck" in lines["mini2"]
+    assert "shared only" in lines["mini3"]  # no declared name: it drains the shared queue only
+    assert lines["pi-jobs"].split("│")[2].strip() == "3" and lines["pi-jobs@mini1"].split("│")[2].strip() == "2"
+    assert "gh-done" in answered.stdout and "completed" in lines["2026-11-30T10:00:00.000Z"]
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("key", [b"q", b"\x03"], ids=["q", "ctrl-c"])
+def test_the_live_view_refreshes_in_a_terminal_and_a_key_leaves_it(valkey_url: str, key: bytes) -> None:
+    terminal = Terminal("top", "--valkey-url", valkey_url)
+    try:
+        terminal.read_until(lambda drawn: drawn.count(b"pi-dispatch top") >= 2)  # a second frame: it refreshes
+        assert b"\x1b[?1049h" in terminal.output  # the alternate screen: full-screen
+        terminal.press(key)
+        assert terminal.wait(10) == 0
+        assert b"\x1b[?1049l" in terminal.output  # and the screen it found, given back
+    finally:
+        terminal.close()

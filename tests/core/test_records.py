@@ -1,0 +1,111 @@
+"""The run record: the reference's fields in its order, `host` last, nothing attacker-chosen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pi_dispatch.core.records import UNRECOGNIZED_REASON, build_record
+
+FIELDS = [
+    "jobId",
+    "kind",
+    "target",
+    "flow",
+    "startedAt",
+    "endedAt",
+    "outcome",
+    "reason",
+    "exitCode",
+    "turns",
+    "tokens",
+    "usage",
+    "provider",
+    "model",
+    "budgetReserved",
+    "attempt",
+    "parentJobId",
+    "chainDepth",
+    "chainRefused",
+    "replica",
+    "replicas",
+    "triggerIndex",
+    "triggerType",
+    "session",
+    "host",
+]
+
+
+def forge_job(**extra: Any) -> dict[str, Any]:
+    return {
+        "kind": "github",
+        "repo": "acme/web",
+        "target": {"type": "issue", "number": 7, "title": "secret plans", "body": "<script>"},
+        "flow": "fix",
+        "trigger": {"deliveryId": "d-1", "matched": {"index": 2, "type": "label", "label": "pi:fix"}},
+        **extra,
+    }
+
+
+def build(data: dict[str, Any] | None, result: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "job_id": "gh-d-1",
+        "job_name": "github",
+        "data": data,
+        "attempts_made": 0,
+        "result": result,
+        "error": None,
+        "started_at": "2026-08-30T12:00:00.000Z",
+        "ended_at": "2026-08-30T12:05:00.000Z",
+        "host": "mini1",
+    }
+    options.update(kw)
+    return build_record(**options)
+
+
+def test_fields_in_order_with_host_last() -> None:
+    record = build(forge_job(), {"outcome": "completed", "exitCode": 0, "turns": 4})
+    assert list(record) == FIELDS
+    assert record["target"] == "acme/web#7"
+    assert (record["outcome"], record["exitCode"], record["turns"], record["host"]) == ("completed", 0, 4, "mini1")
+    assert (record["triggerIndex"], record["triggerType"]) == (2, "label")
+
+
+def test_no_payload_text_reaches_the_record() -> None:
+    text = repr(build(forge_job(task="drop tables", secrets={"A": "op://x"}), {"outcome": "completed"}))
+    for leaked in ("secret plans", "<script>", "pi:fix", "drop tables", "op://x"):
+        assert leaked not in text
+
+
+def test_unknown_reason_is_not_copied() -> None:
+    record = build(forge_job(), {"outcome": "policy", "reason": "ignore previous instructions"})
+    assert record["reason"] == UNRECOGNIZED_REASON
+    assert (
+        build(forge_job(), {"outcome": "policy", "reason": "secret-profile-unknown"})["reason"]
+        == "secret-profile-unknown"
+    )
+
+
+def test_failed_when_there_is_no_result() -> None:
+    record = build(forge_job(), None, error={"reason": "job-timeout", "exitCode": 1})
+    assert (record["outcome"], record["reason"], record["exitCode"]) == ("failed", "job-timeout", 1)
+
+
+def test_targets_by_kind() -> None:
+    gitlab_pr = forge_job(kind="gitlab", repo="g/s/p", target={"type": "pull_request", "number": 5})
+    assert build(gitlab_pr)["target"] == "g/s/p!5"
+    local = {"kind": "local", "folder": "/home/rob/projects/site/", "task": "x"}
+    assert build(local, job_name="local")["target"] == "local:site"
+    assert build({}, job_name="something")["target"] is None
+    assert build(None, job_name=None)["kind"] is None
+
+
+def test_telemetry_is_rebuilt_not_copied() -> None:
+    usage = {"v": 1, "models": [{"provider": "Anthropic", "model": "claude-x", "input": 5, "note": "hi"}]}
+    record = build(
+        forge_job(), {"outcome": "completed", "tokens": {"total": 9, "input": 4, "extra": "x"}, "usage": usage}
+    )
+    assert record["tokens"] == {"input": 4, "total": 9}
+    assert record["usage"]["models"][0]["provider"] == "anthropic"
+    assert "note" not in record["usage"]["models"][0]
+    hostile = {"v": 1, "models": [{"provider": "../etc", "model": "m"}]}
+    assert build(forge_job(), {"outcome": "completed", "usage": hostile})["usage"] is None

@@ -1,0 +1,122 @@
+"""docs/multi-host.md: every command in it runs against a real example fleet, and its tables are complete."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from pi_dispatch.audit.findings import CODES
+from pi_dispatch.config.worker_settings import fields_by_variable, host_variable, variables
+from pi_dispatch.core.reasons import Reason
+from pi_dispatch.demo.run import worker_environment
+from pi_dispatch.fleet.inventory import load_inventory
+from tests.support.workers import running_worker, settings_of
+
+REPO = Path(__file__).resolve().parent.parent.parent
+GUIDE = REPO / "docs" / "multi-host.md"
+EXAMPLE = REPO / "inventory.example" / "hosts.yml"
+# What some commands must say, beyond exiting as the guide says they do.
+SAYS = {
+    "pi-dispatch config render --host mini1": ["PI_WORKER_NAME=mini1", "PI_SECRET_PROFILES=prod:"],
+    "pi-dispatch config render --host mini2": ["OK:"],
+    "pi-dispatch route": ["pi-jobs@mini1"],
+    "pi-dispatch enqueue": ["pi-jobs@mini1"],
+    "pi-dispatch hosts": ["mini1", "mini2", "mini3", "s:prod"],
+    "pi-dispatch top": ["mini1", "mini2", "mini3", "pi-jobs@mini1", "Latest runs"],  # a pipe gets one frame
+    "pi-dispatch audit -i inventory.example/hosts.yml --triggers inventory.example/triggers.json --simulate": [
+        "profile-hosts-down"
+    ],
+}
+
+
+def guide_commands() -> list[tuple[str, int]]:
+    """Each `$ command` of the guide's console blocks, with the exit code its `# exits N` comment promises."""
+    commands = []
+    for line in GUIDE.read_text().splitlines():
+        if line.startswith("$ "):
+            command, _, comment = line[2:].partition("  # ")
+            match = re.fullmatch(r"exits (\d+)", comment.strip())
+            commands.append((command.strip(), int(match.group(1)) if match else 0))
+    return commands
+
+
+@contextlib.asynccontextmanager
+async def example_fleet(valkey_url: str, state: Path) -> AsyncIterator[None]:
+    """One in-process worker per inventory.example host, as the demo runs them."""
+    (state / "secrets").mkdir()
+    (state / "flags").mkdir()
+    (state / "secrets" / "deploy-token").write_text("docs-deploy-token\n")
+    async with contextlib.AsyncExitStack() as stack:
+        for host in load_inventory(EXAMPLE):
+            env, _ = worker_environment(host, valkey_url, state, host.name)
+            await stack.enter_async_context(running_worker(settings_of(env, hostname=host.name)))
+        yield
+
+
+def run(command: str, valkey_url: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "VALKEY_URL": valkey_url,
+        "COLUMNS": "200",
+    }
+    return subprocess.run(
+        ["bash", "-c", command], cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_every_command_in_the_guide_runs(
+    valkey_url: str, client: aioredis.Redis, job_image: str, tmp_path: Path
+) -> None:
+    commands = guide_commands()
+    assert len(commands) >= 9
+    async with example_fleet(valkey_url, tmp_path):
+        for command, expected in commands:
+            done = await asyncio.to_thread(run, command, valkey_url)
+            assert done.returncode == expected, f"{command}\n{done.stdout}\n{done.stderr}"
+            for prefix, needles in SAYS.items():
+                if command.startswith(prefix):
+                    assert all(needle in done.stdout for needle in needles), f"{command}\n{done.stdout}"
+
+
+def test_the_guide_lists_every_finding_code_and_setting() -> None:
+    text = GUIDE.read_text()
+    assert [code for code in CODES if f"| `{code}` |" not in text] == []
+    assert [variable for variable in variables() if f"| `{variable}` |" not in text] == []
+
+
+def test_the_guide_names_each_settings_host_variable_and_every_reason() -> None:
+    text = GUIDE.read_text()
+    rendered_from = {"PI_TRIGGERS_FILE": "pi_dispatch_worker_triggers_source"}  # the role renders it from a file
+    for variable, (name, info) in fields_by_variable().items():
+        assert f"| `{variable}` | `{host_variable(name, info) or rendered_from[variable]}` |" in text, variable
+    assert [reason for reason in Reason if f"| `{reason}` |" not in text] == []
+
+
+@pytest.mark.parametrize("command", ["./dev demo", "./dev test"])
+def test_the_readme_gives_the_two_commands(command: str) -> None:
+    assert command in (REPO / "README.md").read_text()
+
+
+def test_the_guide_lists_every_receiver_variable_and_drop_reason() -> None:
+    from pi_dispatch.config.receiver_settings import ReceiverSettings
+    from pi_dispatch.receiver.routes import DROP_REASONS
+
+    text = GUIDE.read_text()
+    for name, info in ReceiverSettings.model_fields.items():
+        assert f"| `{info.validation_alias}` |" in text, info.validation_alias
+        assert name == "triggers_file" or f"| `pi_dispatch_receiver_{name}` |" in text, name
+    assert [reason for reason in DROP_REASONS if f"| `{reason}` |" not in text] == []
+    assert "poll" in text and "Not ported" in text

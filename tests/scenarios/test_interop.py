@@ -1,0 +1,329 @@
+"""A Node fleet and this one on the same Valkey: the seed's own run-mirror.mjs under node, through ioredis.
+
+Python writes and the seed reads, the seed writes and Python reads, and the same record written by both
+is stored byte for byte the same. Skips, saying why, only without node and npm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from pi_dispatch.fleet.mirror import RunMirror, read_mirrored_runs
+from pi_dispatch.testing.seed import extract_seed_modules
+
+NODE_MIRROR = """
+import Redis from "ioredis";
+import { readFileSync } from "node:fs";
+const mirror = await import(process.argv[2]);
+const [url, mode] = process.argv.slice(3);
+const redis = new Redis(url, { maxRetriesPerRequest: 1 });
+const input = JSON.parse(readFileSync(0, "utf8"));
+let out;
+if (mode === "write") {
+  const writer = mirror.makeRunMirror({ redis, retentionDays: input.retentionDays });
+  out = [];
+  for (const [record, id] of input.records) out.push(await writer.mirror(record, id));
+} else {
+  out = await mirror.readMirroredRuns(redis, { limit: input.limit });
+}
+process.stdout.write(JSON.stringify(out));
+redis.disconnect();
+"""
+
+
+# A Node receiver's side of a mixed fleet: enqueue a forge job with the reference's options through Node
+# BullMQ, then read the Python worker's registry row and route with the seed's own routeForgeJob.
+NODE_FLEET = """
+import Redis from "ioredis";
+import { Queue, Worker } from "bullmq";
+import { readFileSync } from "node:fs";
+const caps = await import(process.argv[2]);
+const [url, mode] = process.argv.slice(3);
+const input = JSON.parse(readFileSync(0, "utf8"));
+const parsed = new URL(url);
+const connection = { host: parsed.hostname, port: Number(parsed.port), maxRetriesPerRequest: null };
+let out;
+if (mode === "enqueue") {
+  const queue = new Queue(input.queue, { connection });
+  const job = await queue.add(input.kind, input.data, input.options);
+  out = { id: job.id };
+  await queue.close();
+} else if (mode === "work") {
+  // a Node worker takes the first job of a queue: what it sees of the job
+  let worker;
+  out = await new Promise((resolve) => {
+    worker = new Worker(input.queue, async (job) => {
+      resolve({ id: job.id, attemptsMade: job.attemptsMade, data: job.data });
+      return "done";
+    }, { connection });
+    setTimeout(() => resolve(null), 20000);
+  });
+  await worker.close();
+} else {
+  const redis = new Redis(url, { maxRetriesPerRequest: 1 });
+  const members = await redis.smembers("host:live");
+  const hosts = [];
+  for (const name of members) {
+    const row = await redis.hgetall(`host:h:${name}`);
+    if (!row.name) continue;
+    hosts.push({ ...row, staleMs: Date.now() - Number(row.beatAt) });
+  }
+  out = { hosts, routed: caps.routeForgeJob({ hosts, needs: caps.jobNeeds(input.job), jobId: input.jobId }) };
+  redis.disconnect();
+}
+process.stdout.write(JSON.stringify(out));
+"""
+
+
+@pytest.fixture(scope="module")
+def node_mirror(tmp_path_factory: pytest.TempPathFactory, seed_diff: Path) -> tuple[str, Path, Path]:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed to run the seed's run-mirror.mjs (apt-get install nodejs npm)")
+    workdir = tmp_path_factory.mktemp("node-interop")
+    subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--silent", "ioredis@5", "bullmq@6"],
+        cwd=workdir,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    modules = extract_seed_modules(seed_diff, workdir)
+    harness = workdir / "mirror.mjs"
+    harness.write_text(NODE_MIRROR)
+    (workdir / "fleet.mjs").write_text(NODE_FLEET)
+    return node, harness, modules["run-mirror.mjs"]
+
+
+def run_node(node_mirror: tuple[str, Path, Path], url: str, mode: str, payload: dict[str, Any]) -> Any:
+    """The seed's run-mirror.mjs in `mode` (write or read) on the Valkey at url."""
+    node, harness, module = node_mirror
+    return run_script(node, harness, module, url, mode, payload)
+
+
+def run_script(node: str, script: Path, module: Path, url: str, mode: str, payload: dict[str, Any]) -> Any:
+    """A node script given a seed module, a Valkey URL and a mode; the payload on stdin, JSON on stdout."""
+    done = subprocess.run(
+        [node, str(script), module.as_uri(), url, mode],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def now_iso(offset_s: int = 0) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(time.time() + offset_s))
+
+
+def record(job_id: str, host: str, offset_s: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "jobId": job_id,
+        "kind": "github",
+        "target": "acme/web#7",
+        "endedAt": now_iso(offset_s),
+        "outcome": "completed",
+        "tokens": {"input": 1200, "output": 30, "total": 1230, "cost": 0.0123},
+        "host": host,
+        **extra,
+    }
+
+
+@pytest.mark.node
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_python_writes_node_reads(
+    valkey_url: str, client: aioredis.Redis, node_mirror: tuple[str, Path, Path]
+) -> None:
+    mirror = RunMirror(client, 7)
+    written = [record(f"gh-py-{i}", "py-mini", -i, flow="fix ✓") for i in range(3)]
+    for rec in written:
+        assert await mirror.mirror(rec, rec["jobId"])
+    read = run_node(node_mirror, valkey_url, "read", {"limit": 50})
+    assert read["degraded"] == "ok"
+    assert read["runs"] == written
+
+
+@pytest.mark.node
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_node_writes_python_reads(
+    valkey_url: str, client: aioredis.Redis, node_mirror: tuple[str, Path, Path]
+) -> None:
+    written = [record(f"gh-node-{i}", "node-mini", -i) for i in range(3)]
+    assert run_node(
+        node_mirror, valkey_url, "write", {"retentionDays": 7, "records": [[r, r["jobId"]] for r in written]}
+    ) == [True, True, True]
+    read = await read_mirrored_runs(client, limit=2)
+    assert read.degraded == "truncated"
+    assert read.runs == written[:2]
+    assert 7 * 86_400_000 - 60_000 < await client.pttl("runs:index") <= 7 * 86_400_000
+
+
+@pytest.mark.node
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_both_writers_store_the_same_bytes_and_score(
+    valkey_url: str, client: aioredis.Redis, node_mirror: tuple[str, Path, Path]
+) -> None:
+    same = record("gh-same", "mini1", 0, ratio=1.0, big=1e21, small=1e-7, text='é😀\u2028"\\', nothing=None)
+    run_node(node_mirror, valkey_url, "write", {"retentionDays": 30, "records": [[same, "gh-same"]]})
+    node_bytes, node_score = await client.get("runs:rec:gh-same"), await client.zscore("runs:index", "gh-same")
+    await client.flushdb()
+    assert await RunMirror(client, 30).mirror(json.loads(json.dumps(same)), "gh-same")
+    assert await client.get("runs:rec:gh-same") == node_bytes
+    assert await client.zscore("runs:index", "gh-same") == node_score
+
+
+def run_node_fleet(node_mirror: tuple[str, Path, Path], url: str, mode: str, payload: dict[str, Any]) -> Any:
+    """The Node receiver's side (fleet.mjs) with the seed's capabilities.mjs: `enqueue` or `route`."""
+    node, harness, _ = node_mirror
+    return run_script(node, harness.parent / "fleet.mjs", harness.parent / "capabilities.mjs", url, mode, payload)
+
+
+@pytest.mark.docker
+@pytest.mark.node
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_a_node_producer_and_reader_share_a_fleet_with_a_python_worker(
+    node_mirror: tuple[str, Path, Path],
+    tmp_path: Path,
+    valkey_url: str,
+    client: aioredis.Redis,
+    job_image: str,
+) -> None:
+    from bullmq import Queue
+
+    from pi_dispatch.fleet.enqueue import ForgeRouter, forge_job_options, registry_reader
+    from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
+    from tests.support.workers import finished_job, running_worker, settings_of, worker_env
+
+    resolver = write_script(tmp_path / "resolver", RESOLVER)
+    env = worker_env(tmp_path, valkey_url, job_image, "py-mini", PI_SECRET_PROFILES=f"prod:{resolver}")
+    job = forge_job(41, secretsProfile="prod", secrets={"DEPLOY_TOKEN": "ref"})
+    options = forge_job_options("github", job)
+    plain = settings_of(worker_env(tmp_path, valkey_url, job_image, "py-plain"))
+    async with running_worker(settings_of(env)) as worker, running_worker(plain):
+        python_route = await ForgeRouter(registry_reader(client)).queue_for("github", job)
+        seen = await asyncio.to_thread(
+            run_node_fleet, node_mirror, valkey_url, "route", {"job": job, "jobId": options["jobId"]}
+        )
+        assert seen["routed"] == "py-mini"  # a Node receiver routes a prod job to the Python host
+        assert python_route == "pi-jobs@py-mini"  # and so does ours
+        row = next(host for host in seen["hosts"] if host["name"] == "py-mini")
+        assert (row["caps"], row["routes"]) == ("s:prod", "true")
+        queue_name = f"pi-jobs@{seen['routed']}"
+        added = await asyncio.to_thread(
+            run_node_fleet,
+            node_mirror,
+            valkey_url,
+            "enqueue",
+            {"queue": queue_name, "kind": "github", "data": job, "options": options},
+        )
+        assert added["id"] == options["jobId"]
+        queue = Queue(queue_name, {"connection": valkey_url})
+        try:
+            done = await finished_job(queue, options["jobId"])
+        finally:
+            await queue.close()
+        await worker.worker.recorder.settle()
+    assert done.returnvalue["outcome"] == "completed"
+    mirrored = await asyncio.to_thread(run_node, node_mirror, valkey_url, "read", {"limit": 10})
+    assert [(run["jobId"], run["host"], run["outcome"]) for run in mirrored["runs"]] == [
+        (options["jobId"], "py-mini", "completed")
+    ]
+
+
+@pytest.mark.node
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_a_node_worker_takes_a_job_re_homed_from_a_silent_python_host(
+    node_mirror: tuple[str, Path, Path], valkey_url: str, client: aioredis.Redis
+) -> None:
+    from bullmq import Queue
+
+    from pi_dispatch.core.keys import rehome_since_key
+    from pi_dispatch.fleet.enqueue import forge_job_options
+    from pi_dispatch.fleet.registry import HostRegistry
+    from pi_dispatch.fleet.rehome import Rehomer
+    from pi_dispatch.testing.jobs import forge_job
+
+    job = forge_job(51, secretsProfile="prod")
+    queue = Queue("pi-jobs@gone", {"connection": valkey_url})
+    added = await queue.add("github", job, forge_job_options("github", job))
+    await queue.close()
+    await client.hincrby(f"bull:pi-jobs@gone:{added.id}", "atm", 1)
+    rows = [HostRegistry(client, "node-mini"), HostRegistry(client, "other")]
+    await rows[0].start({"routes": "true", "caps": "s:prod"})
+    await rows[1].start({"routes": "true", "caps": ""})
+    await client.set(rehome_since_key("gone"), str(int(time.time() * 1000) - 600_000))
+    mover = Rehomer(client, valkey_url, 10_000, 2_000)
+    try:
+        assert await mover.sweep() == 1
+    finally:
+        await mover.close()
+        for row in rows:
+            await row.close()
+    seen = await asyncio.to_thread(run_node_fleet, node_mirror, valkey_url, "work", {"queue": "pi-jobs@node-mini"})
+    assert seen == {"id": added.id, "attemptsMade": 1, "data": job}
+
+
+@pytest.mark.docker
+@pytest.mark.node
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_what_the_receiver_enqueues_runs_on_a_python_and_a_node_worker(
+    node_mirror: tuple[str, Path, Path], tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str
+) -> None:
+    from bullmq import Queue
+
+    from pi_dispatch.testing.jobs import RESOLVER, write_script
+    from tests.support.receiving import queued_jobs, rules_of, served
+    from tests.support.workers import finished_job, running_worker, settings_of, worker_env
+
+    deploy = {"kind": "github", "flow": "deploy", "secretsProfile": "prod", "secrets": {"DEPLOY_TOKEN": "ref"}}
+    rules = rules_of(
+        {"on": {"type": "label", "any": ["pi:deploy"]}, "run": deploy},
+        {"on": {"type": "label", "any": ["pi:plain"]}, "run": {"kind": "github", "flow": "plain"}},
+    )
+
+    def labeled(label: str, number: int) -> dict[str, Any]:
+        issue = {"number": number, "title": "T", "body": "B", "labels": [{"name": label}]}
+        return {"action": "labeled", "sender": {"id": 1}, "issue": issue, "repository": {"full_name": "acme/app"}}
+
+    resolver = write_script(tmp_path / "resolver", RESOLVER)
+    env = worker_env(tmp_path, valkey_url, job_image, "py-mini", PI_SECRET_PROFILES=f"prod:{resolver}")
+    plain = settings_of(worker_env(tmp_path, valkey_url, job_image, "py-plain"))  # so prod is not everywhere
+    async with running_worker(settings_of(env)), running_worker(plain), served(valkey_url, rules) as receiver:
+        from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
+
+        for _ in range(100):  # until both workers' first beats are in the registry the receiver routes from
+            live = await read_live_hosts(client)
+            if isinstance(live, LiveHosts) and {"py-mini", "py-plain"} <= {row.get("name") for row in live.hosts}:
+                break
+            await asyncio.sleep(0.1)
+        assert (await receiver.github("issues", labeled("pi:deploy", 51), "mixed-1"))[0] == 202
+        assert receiver.events("forge_job_routed")[-1] == {"kind": "github", "host": "py-mini", "needs": "s:prod"}
+        queue = Queue("pi-jobs@py-mini", {"connection": valkey_url})
+        try:
+            done = await finished_job(queue, "gh-mixed-1")
+        finally:
+            await queue.close()
+    assert done.returnvalue["outcome"] == "completed"  # the Python worker ran what the receiver queued
+    async with served(valkey_url, rules) as receiver:
+        assert (await receiver.github("issues", labeled("pi:plain", 52), "mixed-2"))[0] == 202
+    stored = (await queued_jobs(valkey_url))["gh-mixed-2"][1]
+    seen = await asyncio.to_thread(run_node_fleet, node_mirror, valkey_url, "work", {"queue": "pi-jobs"})
+    assert seen["id"] == "gh-mixed-2" and seen["data"] == stored  # a Node worker takes it, byte for byte the same
+    assert seen["data"]["trigger"]["matched"] == {"index": 1, "type": "label", "label": "pi:plain"}

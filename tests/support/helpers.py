@@ -1,0 +1,105 @@
+"""Helpers the tests share: the CLI in this process or as a child, the machine's redis-server, a private dockerd."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from pi_dispatch.cli.app import main
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`pi-dispatch ARGS` in this process, through the real entry point: its exit code and its output.
+
+    The same `main()` the console script runs, with argv set and output captured; a child process per
+    call costs seconds of imports here. `run_cli_process` is the real child, for the entry point itself.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    saved_argv, saved_columns = sys.argv, os.environ.get("COLUMNS")
+    sys.argv, os.environ["COLUMNS"] = ["pi-dispatch", *args], "200"
+    code: int = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    finally:
+        sys.argv = saved_argv
+        if saved_columns is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = saved_columns
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
+def run_cli_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m pi_dispatch ARGS` in a child process."""
+    return subprocess.run(
+        [sys.executable, "-m", "pi_dispatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+        check=False,
+    )
+
+
+class Terminal:
+    """`python -m pi_dispatch ARGS` in a pseudo-terminal that is its controlling terminal, as in a shell: rich
+    sees a terminal, a typed key reaches it, Ctrl-C is its SIGINT. `output` is everything it drew."""
+
+    def __init__(self, *args: str, columns: int = 160) -> None:
+        import pty
+
+        env = {**os.environ, "TERM": "xterm", "COLUMNS": str(columns), "LINES": "50"}
+        env.pop("NO_COLOR", None)
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.execvpe(sys.executable, [sys.executable, "-m", "pi_dispatch", *args], env)
+        self.output = b""
+        self.exit_code: int | None = None
+
+    def _read(self, timeout_s: float) -> None:
+        import select
+
+        if select.select([self.fd], [], [], timeout_s)[0]:
+            with contextlib.suppress(OSError):  # EIO once the child has closed the terminal
+                self.output += os.read(self.fd, 65536)
+
+    def read_until(self, done: Callable[[bytes], bool], timeout_s: float = 60) -> bytes:
+        deadline = time.monotonic() + timeout_s
+        while not done(self.output):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not seen in the terminal: {self.output[-2000:]!r}")
+            self._read(0.2)
+        return self.output
+
+    def press(self, keys: bytes) -> None:
+        os.write(self.fd, keys)
+
+    def wait(self, timeout_s: float = 60) -> int:
+        """The exit code, reading what it draws meanwhile (a full terminal would block it)."""
+        deadline = time.monotonic() + timeout_s
+        while (ended := os.waitpid(self.pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"still running: {self.output[-2000:]!r}")
+            self._read(0.05)
+        self._read(0.2)
+        self.exit_code = os.waitstatus_to_exitcode(ended[1])
+        return self.exit_code
+
+    def close(self) -> None:
+        if self.exit_code is None:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            self.exit_code = -signal.SIGKILL
+        with contextlib.suppress(OSError):
+            os.close(self.fd)

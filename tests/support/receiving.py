@@ -1,0 +1,139 @@
+"""Helpers for the receiver's tests: signed deliveries, a receiver served over real HTTP on a real port, the
+jobs it queued read back through BullMQ."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import io
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter
+from pi_dispatch.infra.events import Recorder
+from pi_dispatch.receiver.auth import AzureVerifier, GitLabVerifier, hub_signature
+from pi_dispatch.receiver.rules import Rules
+from pi_dispatch.receiver.server import Identities, Receiver, Resolvers, application
+from pi_dispatch.triggers.file import parse_triggers
+
+GITHUB_SECRET = "test-webhook-secret"
+
+
+def rules_of(*entries: Mapping[str, Any]) -> Rules:
+    """Rules from trigger entries, through the one parser."""
+    return Rules.from_triggers(parse_triggers(json.dumps({"triggers": list(entries)}), "test"))
+
+
+def github_headers(body: bytes, event: str, delivery: str, secret: str = GITHUB_SECRET) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": delivery,
+        "X-Hub-Signature-256": hub_signature(secret.encode(), body),
+    }
+
+
+def encode(payload: object) -> bytes:
+    return payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+
+
+def gitlab_signature_headers(
+    body: bytes, key: bytes, ident: str = "wh-1", stamp: float | None = None
+) -> dict[str, str]:
+    when = str(int(stamp if stamp is not None else time.time()))
+    mac = hmac.new(key, f"{ident}.{when}.".encode() + body, hashlib.sha256).digest()
+    return {"webhook-id": ident, "webhook-timestamp": when, "webhook-signature": "v1," + base64.b64encode(mac).decode()}
+
+
+@dataclass
+class Served:
+    url: str
+    receiver: Receiver
+    log: Recorder
+    errors: Recorder
+    session: aiohttp.ClientSession
+    queued: list[tuple[str, str]] = field(default_factory=list)
+
+    async def post(
+        self, path: str, payload: object, headers: Mapping[str, str], method: str = "POST"
+    ) -> tuple[int, Any, Mapping[str, str]]:
+        body = encode(payload)
+        data = io.BytesIO(body) if len(body) > 1_000_000 else body  # aiohttp warns about a large bytes body
+        async with self.session.request(method, self.url + path, data=data, headers=dict(headers)) as reply:
+            raw = await reply.read()
+            return reply.status, json.loads(raw) if raw else None, reply.headers
+
+    async def github(self, event: str, payload: object, delivery: str, secret: str = GITHUB_SECRET) -> tuple[int, Any]:
+        body = encode(payload)
+        status, answer, _ = await self.post("/", body, github_headers(body, event, delivery, secret))
+        return status, answer
+
+    def events(self, name: str) -> list[dict[str, object]]:
+        return [fields for event, fields in self.log.events if event == name]
+
+
+@asynccontextmanager
+async def served(
+    valkey_url: str,
+    rules: Rules,
+    *,
+    github_secret: str | None = GITHUB_SECRET,
+    forgejo_secret: str | None = None,
+    gitlab: GitLabVerifier | None = None,
+    azure: AzureVerifier | None = None,
+    identities: Identities | None = None,
+    resolvers: Resolvers | None = None,
+    enqueuer: Enqueuer | None = None,
+) -> AsyncIterator[Served]:
+    """A Receiver over real HTTP on 127.0.0.1, enqueueing through BullMQ on the test's Valkey."""
+    from pi_dispatch.fleet.enqueue import registry_reader
+    from pi_dispatch.infra.valkey import connect
+
+    log, errors = Recorder(), Recorder()
+    store = connect(valkey_url)
+    enqueuer = enqueuer or Enqueuer(valkey_url, ForgeRouter(registry_reader(store), log=log))
+    receiver = Receiver(
+        rules,
+        enqueuer,
+        log,
+        github_secret=github_secret.encode() if github_secret is not None else None,
+        forgejo_secret=forgejo_secret.encode() if forgejo_secret is not None else None,
+        gitlab=gitlab,
+        azure=azure,
+        identities=identities or Identities(github=999, gitlab=999, forgejo=999),
+        resolvers=resolvers or Resolvers(),
+        error_log=errors,
+    )
+    runner = web.ServerRunner(application(receiver), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    session = aiohttp.ClientSession()
+    try:
+        yield Served(f"http://127.0.0.1:{port}", receiver, log, errors, session)
+    finally:
+        await session.close()
+        await runner.cleanup()
+        await enqueuer.close()
+        await store.aclose()
+
+
+async def queued_jobs(valkey_url: str, queue: str = "pi-jobs") -> dict[str, Any]:
+    """Every waiting job of a queue by id, read through BullMQ: {id: (name, data, opts)}."""
+    from bullmq import Queue
+
+    handle = Queue(queue, {"connection": valkey_url})
+    try:
+        jobs = await handle.getJobs(["waiting", "delayed", "prioritized"])
+        return {job.id: (job.name, job.data, job.opts) for job in jobs}
+    finally:
+        await handle.close()

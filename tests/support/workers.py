@@ -1,0 +1,150 @@
+"""Helpers for tests that run real workers: settings, workers in this process or as children, job polling."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pi_dispatch.config.sources import HostFacts
+from pi_dispatch.config.worker_settings import WorkerSettings, load_settings
+from pi_dispatch.infra.events import Recorder
+from pi_dispatch.infra.valkey import fleet_id
+from pi_dispatch.worker.containers import ContainerRuntime
+from pi_dispatch.worker.lifecycle import Worker
+
+
+def worker_env(tmp: Path, valkey_url: str, image: str, name: str | None, **extra: str) -> dict[str, str]:
+    """A worker's environment: its logs under tmp/<name>, fast locks, short drains; extra wins."""
+    env = {
+        "VALKEY_URL": valkey_url,
+        "PI_LOGS_DIR": str(tmp / (name or "unnamed") / "logs"),
+        "PI_JOBS_DIR": str(tmp / (name or "unnamed") / "jobs"),
+        "PI_JOB_IMAGE": image,
+        "PI_CONCURRENCY": "2",
+        "PI_LOCK_DURATION_MS": "2000",
+        "PI_DRAIN_GRACE_MS": "20000",
+        "PI_JOB_MEMORY_MB": "64",
+        "PI_JOB_CPUS": "0.5",
+        "PI_METRICS_ADDR": "",  # off: test workers would otherwise share the default port
+    }
+    if name:
+        env["PI_WORKER_NAME"] = name
+    env.update(extra)
+    return env
+
+
+def settings_of(env: Mapping[str, str], hostname: str = "testhost") -> WorkerSettings:
+    return load_settings(environment=lambda: env, facts=HostFacts(hostname, None, os.geteuid()))
+
+
+@dataclass
+class RunningWorker:
+    worker: Worker
+    events: Recorder
+    stop: asyncio.Event
+    task: asyncio.Task[int]
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.worker.settings.logs_dir
+
+
+@contextlib.asynccontextmanager
+async def running_worker(settings: WorkerSettings, **options: Any) -> AsyncIterator[RunningWorker]:
+    """A worker in this process, stopped (drained) on exit."""
+    events = Recorder()
+    runtime = ContainerRuntime.connect(
+        settings.worker_name, settings.concurrency, events, fleet_id(settings.valkey_url)
+    )
+    worker = Worker(settings, runtime, events, **options)
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(worker.run(stop))
+    deadline = time.monotonic() + 30
+    while "worker_started" not in events.names():
+        if task.done():
+            task.result()
+        if time.monotonic() > deadline:
+            raise TimeoutError("the worker did not start")
+        await asyncio.sleep(0.05)
+    try:
+        yield RunningWorker(worker, events, stop, task)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 120)
+
+
+def start_worker_process(env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """`python -m pi_dispatch worker` as a child with exactly this environment (plus PATH and HOME)."""
+    child_env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **env}
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pi_dispatch", "worker"], env=child_env, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+async def wait_for_line(log: Path, needle: str, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while needle not in log.read_text(errors="replace"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{needle!r} not in the worker's log:\n{log.read_text(errors='replace')[-3000:]}")
+        await asyncio.sleep(0.2)
+
+
+async def finished_job(queue: Any, job_id: str, timeout_s: float = 90) -> Any:
+    """The job once it is completed or has failed for good."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = await queue.getJobState(job_id)
+        if state in ("completed", "failed"):
+            return await queue.getJob(job_id)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} is still {state}")
+        await asyncio.sleep(0.1)
+
+
+async def job_in_state(queue: Any, job_id: str, states: tuple[str, ...], timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    while (state := await queue.getJobState(job_id)) not in states:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} is {state}, not one of {states}")
+        await asyncio.sleep(0.1)
+    return str(state)
+
+
+class ContainerWatch:
+    """Polls the daemon for a job's running containers, so a test can say none ever ran twice at once."""
+
+    def __init__(self, docker_client: Any, job_id: str, interval_s: float = 0.1) -> None:
+        from pi_dispatch.worker.containers import LABEL_JOB
+
+        self.docker, self.label, self.interval_s = docker_client, f"{LABEL_JOB}={job_id}", interval_s
+        self.most = self.samples = 0
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                running = self.docker.containers.list(filters={"label": self.label, "status": "running"})
+                self.samples += 1
+                self.most = max(self.most, len(running))
+                self.seen.update(container.id for container in running)
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> ContainerWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(5)

@@ -1,0 +1,132 @@
+"""Job containers on the machine's real Docker daemon, from the locally built example image."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pi_dispatch.infra.events import Recorder
+from pi_dispatch.worker.containers import (
+    LABEL_FLEET,
+    LABEL_HOST,
+    LABEL_JOB,
+    STOP_GRACE_S,
+    ContainerRuntime,
+    ContainerSpec,
+    DockerUnavailable,
+    ImageMissing,
+    StopRequest,
+)
+
+
+def spec_for(tmp_path: Path, image: str, event: dict[str, Any], **changes: Any) -> ContainerSpec:
+    job_dir = tmp_path / "job"
+    job_dir.mkdir(exist_ok=True)
+    (job_dir / "event.json").write_text(json.dumps(event))
+    (job_dir / "job.json").write_text("{}")
+    fields: dict[str, Any] = {
+        "job_id": "gh-1",
+        "attempt": 0,
+        "image": image,
+        "job_dir": job_dir,
+        "environment": {"PI_JOB_ID": "gh-1"},
+        "memory_mb": 64,
+        "cpus": 0.5,
+        "timeout_s": 60,
+    }
+    return ContainerSpec(**{**fields, **changes})
+
+
+@pytest.fixture
+def runtime() -> Any:
+    runtime = ContainerRuntime.connect("containers-test", 2, Recorder())
+    yield runtime
+    runtime.close()
+
+
+@pytest.mark.docker
+async def test_exit_codes_and_output_come_back(tmp_path: Path, job_image: str, runtime: ContainerRuntime) -> None:
+    for code in (0, 1, 2, 7):
+        end = await runtime.run(spec_for(tmp_path, job_image, {"demoExit": code}), capture=True, stop=StopRequest())
+        assert (end.exit_code, end.timed_out, end.aborted) == (code, False, False)
+        assert b"job gh-1 attempt ? on ?: 15 bytes of event" in end.output
+
+
+@pytest.mark.docker
+async def test_no_container_is_left_behind(
+    tmp_path: Path, job_image: str, runtime: ContainerRuntime, docker_client: Any
+) -> None:
+    for capture in (True, False):
+        await runtime.run(spec_for(tmp_path, job_image, {}), capture=capture, stop=StopRequest())
+    await asyncio.sleep(1)  # an auto-removed container goes just after its exit is reported
+    assert docker_client.containers.list(all=True, filters={"label": f"{LABEL_HOST}=containers-test"}) == []
+
+
+@pytest.mark.docker
+async def test_the_timeout_stops_the_container(tmp_path: Path, job_image: str, runtime: ContainerRuntime) -> None:
+    spec = spec_for(tmp_path, job_image, {"demoSleep": 60}, timeout_s=1)
+    end = await runtime.run(spec, capture=False, stop=StopRequest())
+    assert end.timed_out and not end.aborted and end.exit_code != 0
+
+
+@pytest.mark.docker
+async def test_an_abort_stops_the_container(tmp_path: Path, job_image: str, runtime: ContainerRuntime) -> None:
+    stop = StopRequest()
+    asyncio.get_running_loop().call_later(1.0, stop.request, STOP_GRACE_S)
+    end = await runtime.run(spec_for(tmp_path, job_image, {"demoSleep": 60}), capture=False, stop=stop)
+    assert end.aborted and not end.timed_out
+
+
+@pytest.mark.docker
+async def test_labels_name_the_job_and_this_host(
+    tmp_path: Path, job_image: str, runtime: ContainerRuntime, docker_client: Any
+) -> None:
+    running = asyncio.ensure_future(
+        runtime.run(spec_for(tmp_path, job_image, {"demoSleep": 3}), capture=False, stop=StopRequest())
+    )
+    for _ in range(100):
+        found = docker_client.containers.list(filters={"label": f"{LABEL_HOST}=containers-test"})
+        if found:
+            break
+        await asyncio.sleep(0.1)
+    assert found and found[0].labels[LABEL_JOB] == "gh-1"
+    assert found[0].attrs["HostConfig"]["Memory"] == 64 * 1024 * 1024
+    assert found[0].attrs["HostConfig"]["NanoCpus"] == 500_000_000
+    assert "no-new-privileges" in found[0].attrs["HostConfig"]["SecurityOpt"]
+    assert not found[0].attrs["HostConfig"]["Privileged"]
+    assert found[0].attrs["HostConfig"]["Init"] is True  # the stop signal reaches the job at once
+    await running
+
+
+async def test_a_missing_image_is_reported(tmp_path: Path, runtime: ContainerRuntime) -> None:
+    with pytest.raises(ImageMissing):
+        await runtime.run(spec_for(tmp_path, "pi-dispatch-no-such-image:0", {}), capture=False, stop=StopRequest())
+    assert await runtime.image_id("pi-dispatch-no-such-image:0") is None
+
+
+def test_an_unreachable_daemon_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    with pytest.raises(DockerUnavailable, match="not reachable"):
+        ContainerRuntime.connect("h", 1)
+
+
+@pytest.mark.docker
+async def test_the_boot_reaper_removes_this_hosts_strays_only(docker_client: Any, job_image: str) -> None:
+    def stray(host: str, fleet: str) -> Any:
+        return docker_client.containers.create(job_image, labels={LABEL_HOST: host, LABEL_FLEET: fleet})
+
+    mine = stray("reaper-mine", "fleet-a")
+    others = [stray("reaper-theirs", "fleet-a"), stray("reaper-mine", "fleet-b")]  # another host; another fleet
+    try:
+        runtime = ContainerRuntime.connect("reaper-mine", 1, Recorder(), fleet="fleet-a")
+        assert await runtime.reap() == 1
+        runtime.close()
+        alive = {c.id for c in docker_client.containers.list(all=True, filters={"label": LABEL_HOST})}
+        assert mine.id not in alive and all(other.id in alive for other in others)
+    finally:
+        for other in others:
+            other.remove(force=True)

@@ -1,0 +1,468 @@
+"""The worker against a real redis-server, real BullMQ and a real Docker daemon running the example job image."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import json
+import os
+import signal
+import socket
+import threading
+from collections.abc import AsyncIterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from bullmq import Queue
+
+from pi_dispatch.core.keys import HOST_LIVE, host_queue_name, host_row_key
+from pi_dispatch.core.waits import HOLD_KEY
+from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
+from pi_dispatch.fleet.mirror import read_mirrored_runs
+from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
+from pi_dispatch.testing.services import RedisServer
+from pi_dispatch.worker.containers import LABEL_HOST
+from pi_dispatch.worker.history import read_records
+from tests.support.helpers import run_cli
+from tests.support.workers import (
+    ContainerWatch,
+    finished_job,
+    job_in_state,
+    running_worker,
+    settings_of,
+    start_worker_process,
+    wait_for_line,
+    worker_env,
+)
+
+FAST_RETRY = {"attempts": 2, "backoff": {"type": "fixed", "delay": 200}}
+
+
+@pytest.fixture
+async def queues(valkey_url: str, client: aioredis.Redis) -> AsyncIterator[dict[str, Queue]]:
+    """BullMQ queues by name, opened on first use, closed after the test."""
+    opened: dict[str, Queue] = {}
+
+    class Queues(dict[str, Queue]):
+        def __missing__(self, name: str) -> Queue:
+            opened[name] = self[name] = Queue(name, {"connection": valkey_url})
+            return opened[name]
+
+    yield Queues()
+    for queue in opened.values():
+        await queue.close()
+
+
+def record_of(logs_dir: Path, job_id: str) -> dict[str, Any]:
+    return json.loads((logs_dir / f"{job_id}.json").read_text())
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_a_fleet_routes_by_capability_and_spreads_the_rest(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
+) -> None:
+    resolver = write_script(tmp_path / "prod-resolver", RESOLVER)
+    check = write_script(tmp_path / "ci-check", "#!/bin/sh\nexit 0\n")
+    mini1 = settings_of(
+        worker_env(
+            tmp_path,
+            valkey_url,
+            job_image,
+            "mini1",
+            PI_SECRET_PROFILES=f"prod:{resolver}",
+            PI_WAIT_PROFILES=f"ci:{check}",
+        )
+    )
+    mini2 = settings_of(worker_env(tmp_path, valkey_url, job_image, "mini2", PI_WAIT_PROFILES=f"ci:{check}"))
+    mini3 = settings_of(worker_env(tmp_path, valkey_url, job_image, None), hostname="mini3")
+    async with running_worker(mini1) as w1, running_worker(mini2) as w2, running_worker(mini3) as w3:
+        row = await client.hgetall(host_row_key("mini1"))
+        assert row[b"caps"] == b"s:prod,w:ci" and row[b"routes"] == b"true"
+        assert row[b"image"] == job_image.encode() and row[b"imageDigest"].startswith(b"sha256:")
+        assert row[b"concurrency"] == b"2" and row[b"pid"] == str(os.getpid()).encode()
+        assert {b"version", b"tz", b"startedAt", b"beatAt", b"name"} <= set(row)
+        assert not [value for value in row.values() if value.startswith(b"/")]  # names, never paths
+        assert (await client.hgetall(host_row_key("mini3")))[b"routes"] == b"false"
+        enqueuer = Enqueuer(valkey_url, ForgeRouter(registry_reader(client)))
+        placed: dict[str, str] = {}
+        for number in range(1, 5):
+            job = forge_job(number, secretsProfile="prod", secrets={"DEPLOY_TOKEN": f"ref-{number}"})
+            queue, job_id, _ = await enqueuer.enqueue_forge_job("github", job)
+            placed[job_id] = queue
+        for number in range(10, 18):
+            queue, job_id, _ = await enqueuer.enqueue_forge_job("github", forge_job(number, trigger={"demoSleep": 1}))
+            placed[job_id] = queue
+        await enqueuer.close()
+        for job_id, queue in placed.items():
+            assert (await finished_job(queues[queue], job_id)).returnvalue["outcome"] == "completed"
+        by_host = {w.worker.name: {r["jobId"] for r in read_records(w.logs_dir)} for w in (w1, w2, w3)}
+        secret_jobs = {job_id for job_id, queue in placed.items() if queue == host_queue_name("mini1")}
+        assert len(secret_jobs) == 4 and secret_jobs <= by_host["mini1"]
+        assert not secret_jobs & (by_host["mini2"] | by_host["mini3"])
+        plain = set(placed) - secret_jobs
+        assert all(placed[job_id] == "pi-jobs" for job_id in plain)
+        assert sum(1 for ran in by_host.values() if ran & plain) >= 2, by_host  # spread over hosts
+        mirrored = await read_mirrored_runs(client, limit=50)
+        hosts = {run["jobId"]: run["host"] for run in mirrored.runs}
+        # only hosts with a declared name mirror; each mirrored run names the host that ran it
+        assert {job_id for job_id, host in hosts.items() if host == "mini1"} == by_host["mini1"]
+        assert {job_id for job_id, host in hosts.items() if host == "mini2"} == by_host["mini2"]
+        assert w3.worker.name == "mini3" and not set(hosts) & by_host["mini3"]
+        for job_id in secret_jobs:
+            assert record_of(w1.logs_dir, job_id)["host"] == "mini1"
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_a_secret_reaches_the_container_as_env_and_nowhere_else(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
+) -> None:
+    resolver = write_script(tmp_path / "resolver", RESOLVER)
+    env = worker_env(tmp_path, valkey_url, job_image, "mini1", PI_SECRET_PROFILES=f"prod:{resolver}")
+    env["PI_CAPTURE_JOB_LOGS"] = "1"
+    async with running_worker(settings_of(env)) as w:
+        job = forge_job(1, secretsProfile="prod", secrets={"DEPLOY_TOKEN": "vault/deploy"})
+        await queues["pi-jobs"].add("github", job, {"jobId": "gh-secret", **FAST_RETRY})
+        done = await finished_job(queues["pi-jobs"], "gh-secret")
+        await w.worker.recorder.settle()
+    assert done.returnvalue["outcome"] == "completed"
+    value = "value-for-vault/deploy"
+    digest = hashlib.sha256(value.encode()).hexdigest()[:16]
+    assert f"DEPLOY_TOKEN bound: {digest}" in (w.logs_dir / "gh-secret.log").read_text()
+    everything = [(w.logs_dir / "gh-secret.json").read_text(), json.dumps(w.events.events)]
+    everything += [repr(v) for v in (await client.hgetall("bull:pi-jobs:gh-secret")).values()]
+    everything += [repr(await client.get(key)) for key in await client.keys("runs:rec:*")]
+    assert not [text for text in everything if value in text or resolver in text]
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_undeclared_profiles_are_refused_once_and_never_retried(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
+) -> None:
+    async with running_worker(settings_of(worker_env(tmp_path, valkey_url, job_image, "mini2"))) as w:
+        await queues["pi-jobs"].add("github", forge_job(1, secretsProfile="prod"), {"jobId": "gh-s", **FAST_RETRY})
+        wait_for = [{"profile": "ci"}]
+        await queues["pi-jobs"].add("github", forge_job(2, waitFor=wait_for), {"jobId": "gh-w", **FAST_RETRY})
+        secret, wait = [await finished_job(queues["pi-jobs"], job_id) for job_id in ("gh-s", "gh-w")]
+    for job, reason in ((secret, "secret-profile-unknown"), (wait, "wait-profile-unknown")):
+        assert job.returnvalue == {
+            "outcome": "policy",
+            "reason": reason,
+            "exitCode": None,
+            "turns": None,
+            "tokens": None,
+            "budgetReserved": False,
+        }
+        assert job.attemptsMade == 1
+        record = record_of(w.logs_dir, job.id)
+        assert (record["outcome"], record["reason"], record["host"]) == ("policy", reason, "mini2")
+    refusals = [fields for event, fields in w.events.events if event == "job_refused"]
+    assert refusals == [
+        {"jobId": "gh-s", "reason": "secret-profile-unknown", "profile": "prod"},
+        {"jobId": "gh-w", "reason": "wait-profile-unknown", "profile": "ci"},
+    ]
+    assert not [name for name in w.events.names() if name == "wait_hold"]
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_exit_2_is_policy_and_not_retried_exit_1_is_retried(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
+) -> None:
+    async with running_worker(settings_of(worker_env(tmp_path, valkey_url, job_image, "mini1"))) as w:
+        queue = queues["pi-jobs"]
+        await queue.add("github", forge_job(1, trigger={"demoExit": 2}), {"jobId": "gh-2", **FAST_RETRY})
+        await queue.add("github", forge_job(2, trigger={"demoExit": 1}), {"jobId": "gh-1", **FAST_RETRY})
+        await queue.add("github", forge_job(3, trigger={"demoExit": 0}), {"jobId": "gh-0", **FAST_RETRY})
+        policy, infra, ok = [await finished_job(queue, job_id) for job_id in ("gh-2", "gh-1", "gh-0")]
+    assert await queue.getJobState("gh-2") == "completed"
+    assert (policy.returnvalue["outcome"], policy.returnvalue["reason"], policy.attemptsMade) == (
+        "policy",
+        "container-policy",
+        1,
+    )
+    assert await queue.getJobState("gh-1") == "failed" and infra.attemptsMade == 2
+    assert infra.failedReason == "container-failed (exit 1)"
+    assert infra.stacktrace == []  # a trace would name our files' paths
+    runs = [fields for event, fields in w.events.events if event == "job_failed" and fields["jobId"] == "gh-1"]
+    assert len(runs) == 2
+    record = record_of(w.logs_dir, "gh-1")
+    assert (record["outcome"], record["reason"], record["exitCode"], record["attempt"]) == (
+        "failed",
+        "container-failed",
+        1,
+        1,
+    )
+    assert ok.returnvalue["exitCode"] == 0 and record_of(w.logs_dir, "gh-0")["outcome"] == "completed"
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_a_job_over_its_timeout_is_stopped_and_not_retried(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
+) -> None:
+    env = worker_env(tmp_path, valkey_url, job_image, "mini1", PI_JOB_TIMEOUT_MS="1500")
+    async with running_worker(settings_of(env)) as w:
+        await queues["pi-jobs"].add("github", forge_job(1, trigger={"demoSleep": 60}), {"jobId": "gh-t", **FAST_RETRY})
+        job = await finished_job(queues["pi-jobs"], "gh-t")
+    assert await queues["pi-jobs"].getJobState("gh-t") == "failed" and job.attemptsMade == 1
+    assert record_of(w.logs_dir, "gh-t")["reason"] == "job-timeout"
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_hostile_job_data_never_crashes_the_worker(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
+) -> None:
+    async with running_worker(settings_of(worker_env(tmp_path, valkey_url, job_image, "mini1"))) as w:
+        queue = queues["pi-jobs"]
+        hostile: list[Any] = [
+            "a string",
+            [1, 2],
+            {"kind": "github", "image": "--privileged"},
+            {"kind": "github", "secretsProfile": "x" * 10_000, "secrets": {"A=B": 1}},
+            {"kind": "github", "waitFor": "soon"},
+            {"kind": "github", "waitFor": [{"after": "2026-02-31T00:00:00Z"}]},
+            {"kind": "github", "trigger": {"deliveryId": "\ud800"}, "image": None},
+        ]
+        for index, data in enumerate(hostile):
+            await queue.add("github", data, {"jobId": f"h-{index}", "attempts": 1})
+        await queue.add("github", forge_job(99), {"jobId": "gh-after"})
+        jobs = [await finished_job(queue, f"h-{index}") for index in range(len(hostile))]
+        after = await finished_job(queue, "gh-after")
+        assert not w.task.done()
+    assert after.returnvalue["outcome"] == "completed"
+    reasons = [job.returnvalue["reason"] if job.returnvalue else job.failedReason for job in jobs]
+    assert reasons[2] == "job-image-missing"
+    assert reasons[3] == "secret-profile-unknown"
+    assert reasons[4:6] == ["wait-unreadable", "wait-unreadable"]
+    assert len(read_records(w.logs_dir)) == len(hostile) + 1
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_wait_holds_are_delayed_jobs_that_spend_no_attempt(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
+) -> None:
+    ready = tmp_path / "ci-is-green"
+    seen = tmp_path / "targets"
+    check = write_script(tmp_path / "ci-check", f'#!/bin/sh\necho "$1" >> {seen}\n[ -e {ready} ] && exit 0\nexit 3\n')
+    refuse = write_script(tmp_path / "refuse", "#!/bin/sh\nexit 2\n")
+    broken = write_script(tmp_path / "broken", "#!/bin/sh\nexit 1\n")
+    env = worker_env(
+        tmp_path,
+        valkey_url,
+        job_image,
+        "mini1",
+        PI_WAIT_PROFILES=f"ci:{check},closed:{refuse},flaky:{broken}",
+        PI_WAIT_MAX_FAULTS="2",
+        PI_WAIT_CHECK_SLOTS="2",
+    )
+    async with running_worker(settings_of(env)) as w:
+        queue = queues["pi-jobs"]
+        await queue.add("github", forge_job(7, waitFor=[{"profile": "ci"}]), {"jobId": "gh-held", **FAST_RETRY})
+        await job_in_state(queue, "gh-held", ("delayed",))
+        held = await queue.getJob("gh-held")
+        assert held.attemptsMade == 0 and held.data[HOLD_KEY]["checks"] == 1 and held.data[HOLD_KEY]["faults"] == 0
+        assert seen.read_text() == "acme/app#7\n"
+        ready.touch()
+        await held.promote()
+        done = await finished_job(queue, "gh-held")
+        assert done.returnvalue["outcome"] == "completed" and done.attemptsMade == 1
+
+        await queue.add("github", forge_job(8, waitFor=[{"profile": "closed"}]), {"jobId": "gh-refused"})
+        refused = await finished_job(queue, "gh-refused")
+        assert refused.returnvalue["reason"] == "wait-refused"
+
+        await queue.add("github", forge_job(9, waitFor=[{"profile": "flaky"}]), {"jobId": "gh-flaky"})
+        await job_in_state(queue, "gh-flaky", ("delayed",))
+        await (await queue.getJob("gh-flaky")).promote()
+        flaky = await finished_job(queue, "gh-flaky")
+        assert flaky.returnvalue["reason"] == "wait-unanswerable" and flaky.attemptsMade == 1
+        future = "2099-01-01T00:00:00Z"
+        await queue.add("github", forge_job(10, waitFor=[{"after": future}]), {"jobId": "gh-far"})
+        far = await finished_job(queue, "gh-far")
+        assert far.returnvalue["reason"] == "wait-after-beyond-max"
+    holds = [fields for event, fields in w.events.events if event == "wait_hold"]
+    assert [fields["jobId"] for fields in holds] == ["gh-held", "gh-flaky"]
+    assert record_of(w.logs_dir, "gh-flaky")["reason"] == "wait-unanswerable"
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_sigterm_drains_running_jobs_and_removes_the_row(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
+) -> None:
+    log = tmp_path / "worker.log"
+    env = worker_env(tmp_path, valkey_url, job_image, "drainer", PI_DRAIN_GRACE_MS="8000")
+    child = start_worker_process(env, log)
+    try:
+        await wait_for_line(log, "worker_started")
+        queue = queues["pi-jobs"]
+        await queue.add("github", forge_job(1, trigger={"demoSleep": 2}), {"jobId": "gh-short"})
+        await queue.add("github", forge_job(2, trigger={"demoSleep": 120}), {"jobId": "gh-long"})
+        for job_id in ("gh-short", "gh-long"):
+            await job_in_state(queue, job_id, ("active",))
+        await asyncio.sleep(0.5)
+        child.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(child.wait, 90) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert await queue.getJobState("gh-short") == "completed"  # finished within the grace
+    long = await queue.getJob("gh-long")
+    assert await queue.getJobState("gh-long") in ("waiting", "delayed", "wait")
+    assert long.attemptsMade == 0  # put back, not failed: another host takes it
+    assert not await client.exists(host_row_key("drainer"))
+    assert b"drainer" not in await client.smembers(HOST_LIVE)
+    assert "drain_grace_over" in log.read_text()
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_a_sigkilled_workers_job_is_recovered_and_runs_elsewhere(
+    tmp_path: Path,
+    valkey_url: str,
+    client: aioredis.Redis,
+    job_image: str,
+    queues: dict[str, Queue],
+    docker_client: Any,
+) -> None:
+    log = tmp_path / "victim.log"
+    child = start_worker_process(worker_env(tmp_path, valkey_url, job_image, "victim"), log)
+    try:
+        await wait_for_line(log, "worker_started")
+        queue = queues["pi-jobs"]
+        await queue.add("github", forge_job(1, trigger={"demoSleep": 3}), {"jobId": "gh-orphan", **FAST_RETRY})
+        await job_in_state(queue, "gh-orphan", ("active",))
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+        async with running_worker(settings_of(worker_env(tmp_path, valkey_url, job_image, "rescuer"))) as rescuer:
+            job = await finished_job(queue, "gh-orphan")
+            assert job.returnvalue["outcome"] == "completed"
+            assert record_of(rescuer.logs_dir, "gh-orphan")["host"] == "rescuer"
+    finally:
+        if child.poll() is None:
+            child.kill()
+        for container in docker_client.containers.list(all=True, filters={"label": f"{LABEL_HOST}=victim"}):
+            container.remove(force=True)
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_the_worker_survives_a_valkey_outage_and_finishes_the_queue(
+    tmp_path: Path, job_image: str, docker_client: Any
+) -> None:
+    server = RedisServer(tmp_path / "store", persist=True)
+    (tmp_path / "store").mkdir()
+    server.start()
+    queue = Queue("pi-jobs", {"connection": server.url})
+    try:
+        env = worker_env(tmp_path, server.url, job_image, "survivor")
+        with ContainerWatch(docker_client, "gh-during") as watch:
+            async with running_worker(settings_of(env)) as w:
+                job = forge_job(1, trigger={"demoSleep": 15})  # still running when the job is free to run again
+                await queue.add("github", job, {"jobId": "gh-during", **FAST_RETRY})
+                await job_in_state(queue, "gh-during", ("active",))
+                server.stop()
+                await asyncio.sleep(4)  # twice the lock: the store lets the lock go, and the worker its container
+                assert not w.task.done()
+                server.start()
+                for number in range(2, 5):
+                    await queue.add("github", forge_job(number), {"jobId": f"gh-after-{number}", **FAST_RETRY})
+                for job_id in ("gh-during", "gh-after-2", "gh-after-3", "gh-after-4"):
+                    done = await finished_job(queue, job_id, timeout_s=120)
+                    assert done.returnvalue is not None, (job_id, done.failedReason)
+                    assert done.returnvalue["outcome"] == "completed"
+                assert not w.task.done()
+        assert "host_registry_unreachable" in w.events.names() or "queue_error" in w.events.names()
+        assert watch.samples > 20 and watch.most == 1  # the job ran again, never beside its fenced first run
+        assert "job_fenced" in w.events.names()
+        failed = [fields for event, fields in w.events.events if event == "job_failed"]
+        assert any(fields["jobId"] == "gh-during" and fields["reason"] == "lock-lost" for fields in failed)
+    finally:
+        await queue.close()
+        server.stop()
+
+
+@pytest.mark.slow
+def test_a_config_error_exits_2_before_anything_connects(tmp_path: Path) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.2)
+    accepted: list[object] = []
+
+    def accept() -> None:
+        for _ in range(50):
+            try:
+                accepted.append(listener.accept())
+            except TimeoutError:
+                continue
+
+    watcher = threading.Thread(target=accept)
+    watcher.start()
+    env_file = tmp_path / "worker.env"
+    port = listener.getsockname()[1]
+    env_file.write_text(f"VALKEY_URL=redis://127.0.0.1:{port}\nPI_CONCURRENCY=0\nPI_JOB_CPUS=lots\n")
+    result = run_cli("worker", "--env-file", str(env_file))
+    watcher.join()
+    listener.close()
+    assert result.returncode == 2
+    assert "PI_CONCURRENCY" in result.stderr and "PI_JOB_CPUS" in result.stderr
+    assert accepted == []
+
+
+def test_the_worker_never_logs_a_profile_path(tmp_path: Path) -> None:
+    from pi_dispatch.worker.lifecycle import settings_summary
+
+    env = {"PI_WORKER_NAME": "m", "PI_SECRET_PROFILES": f"prod:{tmp_path}/r", "PI_WAIT_PROFILES": f"ci:{tmp_path}/c"}
+    summary = json.dumps(settings_summary(settings_of(env)))
+    assert str(tmp_path) not in summary and "prod" in summary and "ci" in summary
+    assert os.sep + "r" not in summary
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_concurrency_bounds_the_machine_across_both_queues(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
+) -> None:
+    env = worker_env(tmp_path, valkey_url, job_image, "mini1", PI_CONCURRENCY="1")
+    async with running_worker(settings_of(env)) as w:
+        jobs = [("pi-jobs", "gh-shared"), ("pi-jobs@mini1", "gh-own"), ("pi-jobs", "gh-shared-2")]
+        for number, (queue, job_id) in enumerate(jobs):
+            await queues[queue].add("github", forge_job(number, trigger={"demoSleep": 1}), {"jobId": job_id})
+        for queue, job_id in jobs:
+            await finished_job(queues[queue], job_id)
+    # each container sleeps 1 s: one at a time, their ends are at least a second apart
+    ends = sorted(datetime.fromisoformat(record["endedAt"]) for record in read_records(w.logs_dir))
+    assert len(ends) == 3
+    assert all((later - earlier).total_seconds() >= 1.0 for earlier, later in itertools.pairwise(ends)), ends
+    assert not list(w.logs_dir.glob("*.log"))  # raw output is kept only with PI_CAPTURE_JOB_LOGS=1
+
+
+@pytest.mark.slow
+def test_without_docker_the_worker_exits_1_so_systemd_retries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    env_file = tmp_path / "worker.env"
+    env_file.write_text(f"PI_WORKER_NAME=mini1\nPI_LOGS_DIR={tmp_path}/logs\n")
+    result = run_cli("worker", "--env-file", str(env_file))
+    assert result.returncode == 1
+    assert "Docker daemon is not reachable" in result.stderr and "Traceback" not in result.stderr
