@@ -197,8 +197,8 @@ async def test_one_mover_at_a_time_and_never_over_a_taken_id(
 
 MOVER = """
 import asyncio, sys
-from pi_dispatch.rehome import Rehomer
-from pi_dispatch.valkey import connect
+from pi_dispatch.fleet.rehome import Rehomer
+from pi_dispatch.infra.valkey import connect
 async def main():
     client = connect(sys.argv[1])
     print("ready", flush=True)
