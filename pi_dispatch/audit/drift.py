@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from pi_dispatch.audit.findings import Finding
-from pi_dispatch.core.capabilities import ROUTE_FRESH_MS
+from pi_dispatch.core.capabilities import ROUTE_FRESH_MS, is_draining
 from pi_dispatch.core.jscompat import iso_string
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
 from pi_dispatch.fleet.liveness import not_draining
@@ -164,7 +164,12 @@ def draining_findings(
     """A live host that takes no job (`liveness.not_draining`), with its evidence: the free slots, the last poll,
     and the oldest job waiting on its queue."""
     oldest = {queue.host: queue.oldest_waiting_ms for queue in queues}
-    findings = []
+    findings = [
+        Finding("host-draining", f"worker {row.get('name')}", "is draining: routers leave it out and it takes no job",
+                f"pi-dispatch resume {row.get('name')} when it may take work again", (str(row.get("name")),))
+        for row in live_rows
+        if is_draining(row)
+    ]  # fmt: skip
     for row in live_rows:
         if (drain := not_draining(row, now_ms)) is None:
             continue

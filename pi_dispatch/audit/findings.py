@@ -54,6 +54,10 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         "error",
         "a live host takes no job: its queue consumer is stuck, or has not polled for 45 s with slots free",
     ),
+    "host-draining": (
+        "info",
+        "an operator drains this host (pi-dispatch drain): it finishes what it runs and takes nothing new",
+    ),
     "queue-silent-host": (
         "warning",
         "a named host is silent with jobs on its queue; they move to the live fleet after PI_REHOME_AFTER_MS",

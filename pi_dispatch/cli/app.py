@@ -17,9 +17,11 @@ from pi_dispatch.cli.common import console, errors
 from pi_dispatch.cli.config import config_app
 from pi_dispatch.cli.demo import demo
 from pi_dispatch.cli.fleet import hosts, runs, top
+from pi_dispatch.cli.job import job, logs
 from pi_dispatch.cli.jobs import enqueue, route
 from pi_dispatch.cli.receiver import init, receiver_app
 from pi_dispatch.cli.rollout import rollout_app
+from pi_dispatch.cli.steer import cancel, drain, resume, retry
 from pi_dispatch.cli.worker import worker
 from pi_dispatch.core.errors import ConfigError, ExitStatus, PiDispatchError
 
@@ -46,6 +48,12 @@ app.command()(route)
 app.command()(enqueue)
 app.command()(hosts)
 app.command()(runs)
+app.command()(job)
+app.command()(logs)
+app.command()(cancel)
+app.command()(retry)
+app.command()(drain)
+app.command()(resume)
 
 
 def main() -> None:

@@ -70,19 +70,30 @@ def hosts(
 def runs(
     limit: Annotated[int, typer.Option("--limit", min=1, max=5000, help="How many runs.")] = 50,
     host: Annotated[str | None, typer.Option("--host", help="Only runs of this worker.")] = None,
+    job: Annotated[str | None, typer.Option("--job", help="Every attempt of this job, oldest first.")] = None,
+    outcome: Annotated[
+        str | None, typer.Option("--outcome", help="Only runs that ended so: completed, policy or failed.")
+    ] = None,
     logs_dir: Annotated[
         Path | None, typer.Option("--logs-dir", help="This host's PI_LOGS_DIR (default: from settings).")
     ] = None,
     url: ValkeyUrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """This host's run records merged with the fleet mirror, each labelled with its host."""
-    from pi_dispatch.cli.reads import merged_runs, valkey_url
-    from pi_dispatch.config.sources import HostFacts
+    """This host's run records merged with the fleet mirror, each labelled with its host; with --job, every attempt
+    of one job."""
+    from pi_dispatch.cli.job import logs_dir_of
+    from pi_dispatch.cli.reads import job_attempts, merged_runs, valkey_url
     from pi_dispatch.console.tables import print_runs
 
-    directory = logs_dir or Path(os.environ.get("PI_LOGS_DIR") or HostFacts.of_this_machine().default_logs_dir())
-    found, degraded, skipped = merged_runs(directory, valkey_url(url), limit, host)
+    directory = logs_dir_of(logs_dir)
+    if job is not None:
+        found, degraded, skipped = job_attempts(directory, valkey_url(url), job), "ok", 0
+    else:
+        wanted = limit if host is None and outcome is None else 10 * limit
+        found, degraded, skipped = merged_runs(directory, valkey_url(url), wanted, None)
+    found = [run for run in found if (host is None or run.get("host") == host)]
+    found = [run for run in found if (outcome is None or run.get("outcome") == outcome)][: max(limit, 1)]
     if as_json:
         sys.stdout.write(json.dumps({"degraded": degraded, "skipped": skipped, "runs": found}, indent=2) + "\n")
     else:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from pi_dispatch.cli.common import ValkeyUrlOption, console
+from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.fleet.registry import LiveHosts, Unreachable
 
@@ -79,11 +80,25 @@ def route(
 def enqueue(
     job: Annotated[Path, typer.Option("--job", help="The job's data as JSON (what the receiver would enqueue).")],
     kind: Annotated[str, typer.Option("--kind", help="The forge: github, gitlab, forgejo or azure.")] = "github",
+    if_absent: Annotated[
+        bool, typer.Option("--if-absent", help="A job id that exists already is not an error (exit 0).")
+    ] = False,
     url: ValkeyUrlOption = None,
+    as_json: JsonOption = False,
 ) -> None:
-    """Route a forge job and add it to its queue with the reference's options; say where it went and why."""
+    """Route a forge job and add it to its queue with the reference's options; say where it went and why. A job
+    id that exists already is not added (exit 1; 0 with --if-absent), nor a duplicate within the dedup window."""
     from pi_dispatch.cli.reads import enqueue_job, valkey_url
 
     data = read_job_file(job)
-    queue, job_id, why = enqueue_job(valkey_url(url), kind, data)
-    console.print(f"enqueued {escape(job_id)} on [bold]{escape(queue)}[/bold]: {escape(why)}")
+    done = enqueue_job(valkey_url(url), kind, data)
+    if as_json:
+        sys.stdout.write(json.dumps(done.as_json(), indent=2) + "\n")
+    elif done.result == "added":
+        console.print(f"enqueued {escape(done.job_id)} on [bold]{escape(done.queue)}[/bold]: {escape(done.why)}")
+    elif done.result == "duplicate":
+        console.print(escape(f"not added: duplicate of {done.duplicate_of}, kept on {done.queue} as {done.why}"))
+    else:
+        console.print(escape(f"not added: job {done.job_id} exists already on {done.queue} ({done.state})"))
+    if done.result == "exists" and not if_absent:
+        raise typer.Exit(ExitStatus.FAILURE)

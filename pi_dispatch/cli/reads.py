@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ def valkey_url(option: str | None) -> str:
     return option or os.environ.get("VALKEY_URL") or DEFAULT_VALKEY_URL
 
 
-async def _with_client(url: str, use: Callable[[Any], Any]) -> Any:
+async def with_client(url: str, use: Callable[[Any], Any]) -> Any:
     client = connect(url, os.environ.get("VALKEY_PASSWORD") or None)
     try:
         return await use(client)
@@ -34,7 +35,7 @@ async def _with_client(url: str, use: Callable[[Any], Any]) -> Any:
 
 
 def read_registry(url: str) -> LiveHosts | Unreachable:
-    return asyncio.run(_with_client(url, read_live_hosts))  # type: ignore[no-any-return]
+    return asyncio.run(with_client(url, read_live_hosts))  # type: ignore[no-any-return]
 
 
 async def _fleet(client: Any) -> tuple[LiveHosts | Unreachable, list[HostQueue]]:
@@ -49,43 +50,62 @@ async def _fleet(client: Any) -> tuple[LiveHosts | Unreachable, list[HostQueue]]
 
 def read_fleet(url: str) -> tuple[LiveHosts | Unreachable, list[HostQueue]]:
     """The registry, and each named host's queue with since when its host is silent (empty when unreadable)."""
-    return asyncio.run(_with_client(url, _fleet))  # type: ignore[no-any-return]
+    return asyncio.run(with_client(url, _fleet))  # type: ignore[no-any-return]
 
 
 def read_mirror(url: str, limit: int) -> MirroredRuns:
-    return asyncio.run(_with_client(url, lambda client: read_mirrored_runs(client, limit=limit)))  # type: ignore[no-any-return]
+    return asyncio.run(with_client(url, lambda client: read_mirrored_runs(client, limit=limit)))  # type: ignore[no-any-return]
 
 
-def enqueue_job(url: str, kind: str, data: dict[str, Any]) -> tuple[str, str, str]:
-    """Route and add one forge job; returns (queue, job id, why). A bad delivery is a ConfigError."""
+@dataclass(frozen=True)
+class Enqueue:
+    """What `enqueue` did: `added`, or not (`exists`: the id is already in a queue; `duplicate`: the dedup window
+    kept another job), where, and why."""
+
+    result: str
+    queue: str
+    job_id: str
+    why: str
+    state: str | None = None  # an existing job's state
+    duplicate_of: str | None = None
+
+    def as_json(self) -> dict[str, object]:
+        return {"added": self.result == "added", **asdict(self)}
+
+
+def enqueue_job(url: str, kind: str, data: dict[str, Any]) -> Enqueue:
+    """Route and add one forge job, unless its id is already in a queue. A bad delivery is a ConfigError."""
     from pi_dispatch.core.capabilities import explain_route
     from pi_dispatch.core.errors import ConfigError, Problem
     from pi_dispatch.core.jobs import JobIdError
-    from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
+    from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, forge_job_options, registry_reader
+    from pi_dispatch.fleet.locate import candidate_queues, locate
 
-    async def run(client: Any) -> tuple[str, str, str]:
+    async def run(client: Any) -> Enqueue:
+        job_id = str(forge_job_options(kind, data)["jobId"])
+        snapshot = await read_live_hosts(client)
+        hosts = snapshot.hosts if isinstance(snapshot, LiveHosts) else []
+        if found := await locate(client, job_id, candidate_queues(hosts)):
+            there = found[0]
+            return Enqueue("exists", there.queue, job_id, f"already {there.state} there", state=there.state)
         router = ForgeRouter(registry_reader(client))
         enqueuer = Enqueuer(with_password(url, os.environ.get("VALKEY_PASSWORD")), router)
         try:
             enqueued = await enqueuer.enqueue_forge_job(kind, data)
         finally:
             await enqueuer.close()
-        queue, job_id = enqueued.queue, enqueued.job_id
+        queue = enqueued.queue
         if enqueued.deduplicated:
-            return queue, job_id, f"a duplicate of {enqueued.kept} (same target and flow within 10 minutes): not added"
-        snapshot = await read_live_hosts(client)
-        hosts = snapshot.hosts if isinstance(snapshot, LiveHosts) else []
+            why = f"a duplicate of {enqueued.kept} (same target and flow within 10 minutes)"
+            return Enqueue("duplicate", queue, job_id, why, duplicate_of=enqueued.kept)
         explanation = explain_route(hosts, data, job_id)
         if explanation.host is not None:
-            return (
-                queue,
-                job_id,
-                f"needs {', '.join(explanation.needs)}; chosen by job-id hash among the capable named hosts",
-            )
-        return queue, job_id, str(explanation.abstention)
+            why = f"needs {', '.join(explanation.needs)}; chosen by job-id hash among the capable named hosts"
+            return Enqueue("added", queue, job_id, why)
+        return Enqueue("added", queue, job_id, str(explanation.abstention))
 
     try:
-        return asyncio.run(_with_client(url, run))  # type: ignore[no-any-return]
+        return asyncio.run(with_client(url, run))  # type: ignore[no-any-return]
     except JobIdError as error:
         raise ConfigError([Problem("job", str(error), kind, "give the job data a trigger.deliveryId")]) from error
     except (RedisError, OSError, TimeoutError) as error:
@@ -101,3 +121,16 @@ def merged_runs(logs_dir: Path, url: str, limit: int, host: str | None) -> tuple
     if host is not None:
         runs = [run for run in runs if run.get("host") == host][:limit]
     return runs, mirrored.degraded, skipped + mirrored.skipped
+
+
+def job_attempts(logs_dir: Path, url: str, job_id: str) -> list[Any]:
+    """Every attempt of one job: the fleet's list in the store, else this host's own."""
+    from pi_dispatch.core.names import record_stem
+    from pi_dispatch.fleet.jobhistory import read_attempts
+    from pi_dispatch.worker.history import read_attempt_records
+
+    try:
+        stored = asyncio.run(with_client(url, lambda client: read_attempts(client, record_stem(job_id))))
+    except (RedisError, OSError, TimeoutError) as error:
+        raise PiDispatchError(f"Valkey could not be read: {describe(error)}") from error
+    return list(stored) or read_attempt_records(logs_dir, job_id)

@@ -131,10 +131,26 @@ class WorkerSettings(DeclaredSettings):
     )
     capture_job_logs: Flag = setting(
         "PI_CAPTURE_JOB_LOGS",
-        False,
-        "1 writes each job's raw container output to <id>.log (it can hold issue and comment text).",
+        True,
+        "1 keeps every attempt's output, its secrets masked, in <id>.log beside its record (it can hold issue and "
+        "comment text); 0 keeps none, here or in the store.",
         "1 to capture, 0 or empty not to (the reference reads anything but 1 as off, so 'true' would "
         "silently mean off); true or false in the inventory",
+    )
+    job_log_store: Flag = setting(
+        "PI_JOB_LOG_STORE",
+        True,
+        "1 also copies each attempt's masked output to the store, capped at PI_JOB_LOG_STORE_KB, so `pi-dispatch "
+        "logs` reads it from any machine; 0 keeps it on this host only.",
+        "1 to copy, 0 to keep the output on this host only; true or false in the inventory",
+    )
+    job_log_store_kb: Whole = setting(
+        "PI_JOB_LOG_STORE_KB",
+        1024,
+        "The most of one attempt's output the store keeps, in KiB; the rest is counted and a marker says so.",
+        "a whole number of KiB from 16 to 65536",
+        ge=16,
+        le=65_536,
     )
     job_image: ImageReference = setting(
         "PI_JOB_IMAGE",
@@ -164,7 +180,8 @@ class WorkerSettings(DeclaredSettings):
     job_log_mb: Whole = setting(
         "PI_JOB_LOG_MB",
         10,
-        "The most a job container's output may take on the Docker host, in MiB; older output is dropped.",
+        "The most of one attempt's output kept in its <id>.log, in MiB (a marker says what was dropped); with "
+        "PI_CAPTURE_JOB_LOGS=0, the most a job container's output may take on the Docker host.",
         "a whole number of MiB from 1 to 1024",
         ge=1,
         le=1024,

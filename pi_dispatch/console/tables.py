@@ -10,6 +10,7 @@ from rich.text import Text
 
 from pi_dispatch.audit.placement import SEVERITIES, Report
 from pi_dispatch.console.terminal import plain, visible
+from pi_dispatch.core.capabilities import is_draining
 from pi_dispatch.core.jscompat import iso_string
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
 from pi_dispatch.fleet.mirror import hosts_in
@@ -60,7 +61,7 @@ def print_hosts(console: Console, hosts: list[dict[str, object]], invalid: list[
         seen = FleetHost.of_row(host)
         table.add_row(
             visible(seen.name),
-            visible(seen.routes),
+            visible(f"{seen.routes} (draining)" if is_draining(host) else seen.routes),
             visible(seen.caps or "-"),
             visible(f"{int(stale) / 1000:.0f} s" if isinstance(stale, int) else "undatable"),
             *(visible(host.get(field, "")) for field in ("version", "tz", "concurrency")),

@@ -39,3 +39,11 @@ def plain(value: object, limit: int = MAX_SHOWN) -> str:
 def visible(value: object, limit: int = MAX_SHOWN) -> Text:
     """`plain` as a Rich Text, which a table shows as it is, markup and all."""
     return Text(plain(value, limit))
+
+
+_HIDDEN_IN_OUTPUT: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def output_text(data: bytes) -> str:
+    """A job's output for a terminal: its lines and tabs kept, every other hidden character made visible."""
+    return _HIDDEN_IN_OUTPUT.sub(_escape, data.decode("utf-8", "replace"))

@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pi_dispatch.console.terminal import plain, visible
-from pi_dispatch.core.capabilities import is_live, is_stuck
+from pi_dispatch.core.capabilities import is_draining, is_live, is_stuck
 from pi_dispatch.core.jscompat import finite, iso_string, js_number
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
@@ -113,6 +113,8 @@ def _routable(row: Mapping[str, object]) -> Text:
         return Text("no: silent", style="red")
     if is_stuck(row):
         return Text("no: stuck", style="red")
+    if is_draining(row):
+        return Text("no: draining", style="yellow")
     if FleetHost.of_row(row).routes != "true":
         return Text("shared only", style="yellow")
     return Text("yes", style="green")

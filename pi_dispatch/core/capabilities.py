@@ -109,10 +109,17 @@ def is_stuck(host: object) -> bool:
     return get(host, "consumer") == CONSUMER_STUCK
 
 
+# A row's `draining` (this port's own field) says an operator is taking the host out of service: it finishes what
+# it runs and takes nothing new until `pi-dispatch resume`. A Node reader ignores the field.
+def is_draining(host: object) -> bool:
+    flag = get(host, "draining")
+    return flag is True or flag == "true"
+
+
 def serving_caps(host: object) -> set[str]:
-    """The capabilities a host can serve now: its caps, or none while its consumer is stuck (it stays live, so
-    it still counts against the every-host-can abstention)."""
-    return set() if is_stuck(host) else parse_caps(get(host, "caps"))
+    """The capabilities a host can serve now: its caps, or none while its consumer is stuck or it is draining (it
+    stays live, so it still counts against the every-host-can abstention)."""
+    return set() if is_stuck(host) or is_draining(host) else parse_caps(get(host, "caps"))
 
 
 def _routes(host: object) -> bool:
@@ -181,6 +188,10 @@ class RouteTable:
         routable = js_sorted(name for name in capable if name is not None)
         return tuple(routable) if routable else None
 
+    def serves(self, needs: Sequence[str]) -> bool:
+        """Whether some live host can serve these needs now (none: nothing host-specific, any host can)."""
+        return any(caps.issuperset(needs) for caps, _ in self.live_caps)
+
     def route(self, needs: object, job_id: object) -> str | None:
         if not isinstance(needs, list) or not needs or not self.live_caps:
             return None
@@ -204,6 +215,7 @@ class HostVerdict:
     stale_ms: float | None
     chosen: bool = False
     stuck: bool = False
+    draining: bool = False
 
     @property
     def reason(self) -> str:
@@ -215,6 +227,8 @@ class HostVerdict:
             return f"stale by {self.stale_ms / 1000:.0f} s (routing needs a beat within {ROUTE_FRESH_MS // 1000} s)"
         if self.stuck:
             return "its queue consumer is stuck (it takes no job until it restarts)"
+        if self.draining:
+            return "it is draining (it takes no job until `pi-dispatch resume`)"
         if self.lacks:
             return "lacks " + ", ".join(self.lacks)
         if not self.routes:
@@ -263,6 +277,7 @@ def explain_route(
                 stale_ms=stale if finite(stale) else None,
                 chosen=chosen is not None and name == chosen,
                 stuck=is_stuck(host),
+                draining=is_draining(host),
             )
         )
     abstention = None

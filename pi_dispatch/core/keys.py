@@ -17,6 +17,14 @@ WAIT_CHECK_LEASE_PREFIX: Final = "wait:check:"
 # named host has been seen without a live row.
 REHOME_LEASE: Final = "rehome:lease"
 REHOME_SINCE_PREFIX: Final = "rehome:since:"
+# This port's own job history and control, keyed by a job's record stem (`names.record_stem`): every attempt's
+# record, each attempt's masked output, a job's cancel and a host's drain (facts, so a restart keeps them), and
+# the channel that tells the workers of a new fact at once.
+RUN_ATTEMPTS_PREFIX: Final = "runs:att:"
+JOB_LOG_PREFIX: Final = "runs:log:"
+CANCEL_PREFIX: Final = "control:cancel:"
+DRAIN_PREFIX: Final = "control:drain:"
+CONTROL_CHANNEL: Final = "control:events"
 
 
 def host_row_key(worker_name: str) -> str:
@@ -37,6 +45,26 @@ def bull_key(queue: str, suffix: str) -> str:
 def run_record_key(sanitized_job_id: str) -> str:
     """One mirrored run record's bytes."""
     return f"{RUN_RECORD_PREFIX}{sanitized_job_id}"
+
+
+def run_attempts_key(sanitized_job_id: str) -> str:
+    """A LIST of the job's attempt records, oldest first (the mirror's `runs:rec:` holds only the last)."""
+    return f"{RUN_ATTEMPTS_PREFIX}{sanitized_job_id}"
+
+
+def job_log_key(sanitized_job_id: str, attempt: int) -> str:
+    """A STREAM of one attempt's masked output: a start entry, chunks of output, an end entry."""
+    return f"{JOB_LOG_PREFIX}{sanitized_job_id}:{attempt}"
+
+
+def cancel_key(sanitized_job_id: str) -> str:
+    """The fact that an operator cancelled this job: whichever worker meets it next stops it."""
+    return f"{CANCEL_PREFIX}{sanitized_job_id}"
+
+
+def drain_key(worker_name: str) -> str:
+    """The fact that this host is draining: it takes nothing new until it is resumed."""
+    return f"{DRAIN_PREFIX}{worker_name}"
 
 
 def host_queue_name(worker_name: str) -> str:

@@ -55,6 +55,8 @@ class Reason(StrEnum):
     LOCK_LOST = "lock-lost"
     # this port's own: the job's workers died with it more often than MAX_STALLS (BullMQ failed it unrun)
     JOB_STALLED = "job-stalled"
+    # this port's own: an operator cancelled the job (`pi-dispatch cancel`); never retried
+    CANCELLED = "cancelled"
 
 
 REASONS: Final = frozenset(Reason)

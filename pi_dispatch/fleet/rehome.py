@@ -179,7 +179,15 @@ class Rehomer:
         for job_id in stalled or []:
             self.log("job_stalled_on_silent_host", {"jobId": _text(job_id), "queue": queue})
 
-    async def _move_jobs(self, queue: str, table: RouteTable, budget: int) -> int:
+    async def move_waiting(self, queue: str) -> int:
+        """What waits on a draining host's own queue, moved to where the live fleet routes it now. A job that no
+        live host serves stays: on the shared queue the hosts without its profile would refuse it for good."""
+        live = await read_live_hosts(self.client)
+        if not isinstance(live, LiveHosts):
+            return 0
+        return await self._move_jobs(queue, RouteTable.from_hosts(live.hosts), MOVES_PER_SWEEP, keep_unserved=True)
+
+    async def _move_jobs(self, queue: str, table: RouteTable, budget: int, *, keep_unserved: bool = False) -> int:
         pipe = self.client.pipeline(transaction=False)
         pipe.lrange(bull_key(queue, "wait"), -budget, -1)  # the oldest first: the list's right end
         pipe.zrange(bull_key(queue, "delayed"), 0, budget - 1)
@@ -187,10 +195,11 @@ class Rehomer:
         waiting, delayed, prioritized = await bounded(pipe.execute(), OP_TIMEOUT_S)
         moved = 0
         for job_id in [*reversed(waiting), *delayed, *prioritized][:budget]:
-            moved += await self._move(queue, _text(job_id), table)
+            moved += await self.move(queue, _text(job_id), table, keep_unserved=keep_unserved)
         return moved
 
-    async def _move(self, source: str, job_id: str, table: RouteTable) -> int:
+    async def move(self, source: str, job_id: str, table: RouteTable, *, keep_unserved: bool = False) -> int:
+        """Move one waiting, delayed or prioritized job to the queue the table routes it to: 1 moved, 0 not."""
         data_text, deduplication = await bounded(
             self.client.hmget(bull_key(source, job_id), ["data", "deid"]), OP_TIMEOUT_S
         )
@@ -200,7 +209,10 @@ class Rehomer:
             data = None  # unreadable data needs nothing host-specific, as far as anyone can tell
         if isinstance(data, dict) and data.get("kind") == LOCAL_KIND:
             return 0  # bound to its host's folder and scheduler: it waits for that host
-        host = table.route(job_needs(data), job_id)
+        needs = job_needs(data)
+        if keep_unserved and not table.serves(needs):
+            return 0
+        host = table.route(needs, job_id)
         target = host_queue_name(host) if host is not None else SHARED_QUEUE
         if target == source:
             return 0

@@ -4,6 +4,7 @@ $NOTIFY_SOCKET; outside systemd there is no socket and nothing is sent."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from typing import Final
@@ -32,3 +33,10 @@ def watchdog_interval_s() -> float | None:
     if not usec.isdigit() or int(usec) <= 0 or (pid and pid != str(os.getpid())):
         return None
     return int(usec) / 1_000_000 / WATCHDOG_SHARE
+
+
+async def feed_watchdog(interval_s: float) -> None:
+    """WATCHDOG=1 from the event loop itself: a loop blocked past WatchdogSec is killed and restarted."""
+    while True:
+        notify("WATCHDOG=1")
+        await asyncio.sleep(interval_s)

@@ -16,6 +16,7 @@ import shutil
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.config.worker_settings import WorkerSettings
@@ -25,6 +26,7 @@ from pi_dispatch.core.jscompat import iso_string
 from pi_dispatch.core.names import IMAGE_REFERENCE_RE
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.core.records import build_record
+from pi_dispatch.fleet.control import cancelled_of
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.worker.containers import (
     STOP_GRACE_S,
@@ -35,11 +37,12 @@ from pi_dispatch.worker.containers import (
     StopRequest,
 )
 from pi_dispatch.worker.fencing import LockFence
-from pi_dispatch.worker.history import RunRecorder, write_job_log
+from pi_dispatch.worker.history import RunRecorder
 from pi_dispatch.worker.jobdirs import write_job_dir
 from pi_dispatch.worker.metrics import WorkerMetrics
 from pi_dispatch.worker.oneshot import OneShots
 from pi_dispatch.worker.outcomes import JobFailure, PutBack, container_result
+from pi_dispatch.worker.output import Outputs, RunningOutput
 from pi_dispatch.worker.scripts import InfraRetry, Refusal
 from pi_dispatch.worker.secrets import SecretsGate
 from pi_dispatch.worker.waitgate import WaitGate
@@ -75,6 +78,9 @@ class Attempts:
     running_since: dict[str, int] = field(default_factory=dict)  # job id -> when its container started (epoch ms)
     metrics: WorkerMetrics = field(default_factory=lambda: WorkerMetrics(enabled=False))
     one_shots: OneShots | None = None  # spends a one-shot rule once its run's record is written
+    outputs: Outputs | None = None  # where attempts' output is kept (None: PI_CAPTURE_JOB_LOGS=0)
+    started: set[str] = field(default_factory=set)  # job ids whose attempt is under way here, gates included
+    cancelled: set[str] = field(default_factory=set)  # job ids an operator cancelled while they were here
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -96,6 +102,8 @@ class Attempts:
         started = self.now()
         data: Mapping[str, Any] = job.data if isinstance(job.data, Mapping) else {}
         job.opts["stackTraceLimit"] = 0  # a stack trace names our files' paths; Valkey gets names only
+        job_id = str(job.id)
+        self.started.add(job_id)
         try:
             result = await self._attempt(job, token, queue, data)
         except DelayedError:  # held by its wait conditions, already moved to delayed
@@ -120,6 +128,9 @@ class Attempts:
                 "job_failed", {"jobId": str(job.id), "queue": queue, "reason": reason, "error": type(error).__name__}
             )
             raise JobFailure(reason, retry=True) from None
+        finally:
+            self.started.discard(job_id)
+            self.cancelled.discard(job_id)
         self.record(job, data, started, result, None)
         self.log(
             "job_done", {"jobId": str(job.id), "queue": queue, "outcome": result["outcome"], "reason": result["reason"]}
@@ -154,6 +165,7 @@ class Attempts:
             self.one_shots.spend(facts["job_id"], data, self.now())  # spent without one
 
     async def _attempt(self, job: QueuedJob, token: str, queue: str, data: Mapping[str, Any]) -> dict[str, object]:
+        await self._unless_cancelled(str(job.id), ask_store=True)
         if bound := job_refusal(job.data):
             return self._refused(job, Refusal(bound))
         if refused := self.secrets.refusal(data):
@@ -167,6 +179,7 @@ class Attempts:
             if refused:
                 return self._refused(job, refused)
         async with self._slot():
+            await self._unless_cancelled(str(job.id))
             with self.metrics.timed_gate("resolver"):
                 secrets = await self.secrets.resolve(data)
             if isinstance(secrets, Refusal):
@@ -212,9 +225,70 @@ class Attempts:
     async def _run_container(
         self, job: QueuedJob, image: str, data: Mapping[str, Any], secrets: Mapping[str, str], fence: LockFence
     ) -> dict[str, object]:
-        settings, job_id, attempt = self.settings, str(job.id), attempts_made(job)
+        settings, job_id = self.settings, str(job.id)
         job_dir = await asyncio.to_thread(write_job_dir, settings.jobs_dir, self.name, job_id, data)
-        spec = ContainerSpec(
+        spec = self._spec(job, image, data, secrets, job_dir)
+        stop = StopRequest()
+        self.running[job_id], self.running_since[job_id] = stop, self.now()
+        if self.aborting.is_set() or job_id in self.cancelled:  # a stop asked for before it started stops it now
+            stop.request(STOP_GRACE_S)
+
+        def kill_when_fenced(_: asyncio.Future[None]) -> None:
+            if fence.lost.is_set():
+                stop.request(0)
+
+        watching = asyncio.ensure_future(fence.watch())
+        watching.add_done_callback(kill_when_fenced)
+        started = time.monotonic()
+        output = await self._output(job_id, secrets)
+        try:
+            end = await self.runtime.run(spec, output=output.sink if output else None, stop=stop)
+        except ImageMissing:
+            raise JobFailure(Reason.JOB_IMAGE_MISSING, retry=True) from None
+        except DockerUnavailable:
+            raise JobFailure(Reason.INFRA, retry=True) from None
+        finally:
+            watching.cancel()
+            self.running.pop(job_id, None)
+            self.running_since.pop(job_id, None)
+            if output is not None:
+                await output.finish(iso_string(self.now()))
+            await asyncio.to_thread(shutil.rmtree, job_dir, True)
+        await self._unless_cancelled(job_id, exit_code=end.exit_code)
+        if fence.lost.is_set():  # whatever the container said, another worker may run this job now
+            self.log("job_fenced", {"jobId": job_id, "reason": fence.reason})
+            raise JobFailure(Reason.LOCK_LOST, end.exit_code, retry=True)
+        try:
+            result = container_result(end)
+        except JobFailure:
+            self.metrics.ran("failed", time.monotonic() - started)
+            raise
+        self.metrics.ran(str(result["outcome"]), time.monotonic() - started)
+        return result
+
+    async def _output(self, job_id: str, secrets: Mapping[str, str]) -> RunningOutput | None:
+        """Where this attempt's output goes, every secret it was given masked; None when the host keeps none."""
+        if self.outputs is None:
+            return None
+        return await self.outputs.start(job_id, secrets.values(), iso_string(self.now()))
+
+    async def _unless_cancelled(self, job_id: str, *, ask_store: bool = False, exit_code: int | None = None) -> None:
+        """End the attempt as `cancelled` (never retried) once an operator has cancelled the job. At the start of
+        an attempt the store is asked too: a cancel made while the job was elsewhere, or before a restart."""
+        if ask_store and job_id not in self.cancelled:
+            with contextlib.suppress(Exception):  # an unreachable store cancels nothing; the next beat asks again
+                if await cancelled_of(self.client, [job_id]):
+                    self.cancelled.add(job_id)
+        if job_id in self.cancelled:
+            self.log("job_cancelled", {"jobId": job_id})
+            raise JobFailure(Reason.CANCELLED, exit_code, retry=False)
+
+    def _spec(
+        self, job: QueuedJob, image: str, data: Mapping[str, Any], secrets: Mapping[str, str], job_dir: Path
+    ) -> ContainerSpec:
+        """The job's container: its secrets and the job's own variables as env, this host's limits."""
+        settings, job_id, attempt = self.settings, str(job.id), attempts_made(job)
+        return ContainerSpec(
             job_id=job_id,
             attempt=attempt,
             image=image,
@@ -233,39 +307,5 @@ class Attempts:
             user=settings.job_user,
             read_only=settings.job_read_only,
             log_mb=settings.job_log_mb,
+            docker_log=self.outputs is None,  # the worker keeps the output: Docker need not keep a copy
         )
-        stop = StopRequest()
-        self.running[job_id], self.running_since[job_id] = stop, self.now()
-        if self.aborting.is_set():
-            stop.request(STOP_GRACE_S)
-
-        def kill_when_fenced(_: asyncio.Future[None]) -> None:
-            if fence.lost.is_set():
-                stop.request(0)
-
-        watching = asyncio.ensure_future(fence.watch())
-        watching.add_done_callback(kill_when_fenced)
-        started = time.monotonic()
-        try:
-            end = await self.runtime.run(spec, capture=settings.capture_job_logs, stop=stop)
-        except ImageMissing:
-            raise JobFailure(Reason.JOB_IMAGE_MISSING, retry=True) from None
-        except DockerUnavailable:
-            raise JobFailure(Reason.INFRA, retry=True) from None
-        finally:
-            watching.cancel()
-            self.running.pop(job_id, None)
-            self.running_since.pop(job_id, None)
-            await asyncio.to_thread(shutil.rmtree, job_dir, True)
-        if fence.lost.is_set():  # whatever the container said, another worker may run this job now
-            self.log("job_fenced", {"jobId": job_id, "reason": fence.reason})
-            raise JobFailure(Reason.LOCK_LOST, end.exit_code, retry=True)
-        if settings.capture_job_logs:
-            await asyncio.to_thread(write_job_log, settings.logs_dir, job_id, end.output, self.log)
-        try:
-            result = container_result(end)
-        except JobFailure:
-            self.metrics.ran("failed", time.monotonic() - started)
-            raise
-        self.metrics.ran(str(result["outcome"]), time.monotonic() - started)
-        return result

@@ -10,13 +10,16 @@ calls run on a private thread pool sized for the host's job slots, so a long wai
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
-from collections.abc import Callable, Mapping
+import struct
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import docker
 import docker.errors
@@ -27,6 +30,9 @@ from pi_dispatch.core.errors import PiDispatchError
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.worker.outcomes import ContainerEnd
 
+if TYPE_CHECKING:
+    from pi_dispatch.worker.output import AttemptOutput
+
 LABEL_JOB: Final = "dev.pi-dispatch.job"
 LABEL_HOST: Final = "dev.pi-dispatch.host"
 LABEL_ATTEMPT: Final = "dev.pi-dispatch.attempt"
@@ -36,9 +42,40 @@ STOP_GRACE_S: Final = 10
 PIDS_LIMIT: Final = 4096
 REATTACH_POLL_S: Final = 1.0
 TIMEOUT_SLACK_S: Final = 0.5  # how early a dropped wait still counts as the job's own timeout
+FOLLOW_GRACE_S: Final = 10.0  # how long the last of a container's output may take to arrive after its end
 
 
 T = TypeVar("T")
+FRAME_HEADER: Final = struct.Struct(">BxxxL")  # the attach stream's frames: stream (1 stdout, 2 stderr), size
+READ_BYTES: Final = 1024 * 1024
+
+
+def _log_config(spec: ContainerSpec) -> LogConfig:
+    """Docker's own copy of the output, capped, only when the worker keeps none: a copy that the container's
+    removal deletes would only cost the daemon the time to write it."""
+    if not spec.docker_log:
+        return LogConfig(type=LogConfig.types.NONE)
+    return LogConfig(type=LogConfig.types.JSON, config={"max-size": f"{spec.log_mb}m", "max-file": "1"})
+
+
+def attached_output(sock: Any) -> Iterator[bytes]:
+    """The payloads of an attach stream's frames, in order, as they arrive (several frames a read)."""
+    from docker.utils.socket import read
+
+    buffer = bytearray()
+    while chunk := read(sock, READ_BYTES):
+        buffer += chunk
+        position, payloads = 0, bytearray()
+        while len(buffer) - position >= FRAME_HEADER.size:
+            _, size = FRAME_HEADER.unpack_from(buffer, position)
+            end = position + FRAME_HEADER.size + size
+            if end > len(buffer):
+                break
+            payloads += buffer[position + FRAME_HEADER.size : end]
+            position = end
+        del buffer[:position]
+        if payloads:
+            yield bytes(payloads)
 
 
 class DockerUnavailable(PiDispatchError):
@@ -65,6 +102,7 @@ class ContainerSpec:
     user: str | None = None  # the image's own user when None
     read_only: bool = False
     log_mb: int = 10
+    docker_log: bool = True  # False when the worker keeps the output itself: Docker then keeps no second copy
 
 
 @dataclass
@@ -195,7 +233,7 @@ class ContainerRuntime:
             pids_limit=PIDS_LIMIT,
             security_opt=["no-new-privileges"],
             cap_drop=["ALL"],
-            log_config=LogConfig(type=LogConfig.types.JSON, config={"max-size": f"{spec.log_mb}m", "max-file": "1"}),
+            log_config=_log_config(spec),
             read_only=spec.read_only,
             tmpfs={"/tmp": "rw,nosuid,nodev,size=256m"} if spec.read_only else None,  # noqa: S108 - in the container
             **({"user": spec.user} if spec.user else {}),
@@ -203,7 +241,7 @@ class ContainerRuntime:
             detach=True,
         )
 
-    async def run(self, spec: ContainerSpec, *, capture: bool, stop: StopRequest) -> ContainerEnd:
+    async def run(self, spec: ContainerSpec, *, output: AttemptOutput | None, stop: StopRequest) -> ContainerEnd:
         """Create, start and wait for the job's container, then remove it.
 
         The timeout stops the container (SIGTERM, then SIGKILL after STOP_GRACE_S); so does a stop request,
@@ -218,7 +256,7 @@ class ContainerRuntime:
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
             raise DockerUnavailable(f"the container could not be created ({type(error).__name__})") from error
         try:
-            return await self._run_created(container, spec, capture=capture, stop=stop)
+            return await self._run_created(container, spec, output=output, stop=stop)
         finally:
             await self._remove(container, spec)
 
@@ -231,24 +269,46 @@ class ContainerRuntime:
             self.log("container_remove_failed", {"jobId": spec.job_id})
 
     async def _run_created(
-        self, container: Any, spec: ContainerSpec, *, capture: bool, stop: StopRequest
+        self, container: Any, spec: ContainerSpec, *, output: AttemptOutput | None, stop: StopRequest
     ) -> ContainerEnd:
+        follower = await self._attach(container, output, spec) if output is not None else None
         try:
             await self._call(container.start)
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
             raise DockerUnavailable(f"the container could not be started ({type(error).__name__})") from error
         deadline = asyncio.get_running_loop().time() + spec.timeout_s
         status, timed_out, stopped = await self._await_end(container, spec, deadline, stop)
+        if follower is not None:  # the stream ends with the container; a lost daemon may leave it open
+            await asyncio.to_thread(follower.join, FOLLOW_GRACE_S)
         code = status.get("StatusCode") if isinstance(status, Mapping) else None
-        output = b""
-        if capture:
+        return ContainerEnd(code if isinstance(code, int) else None, timed_out=timed_out, aborted=stopped)
+
+    async def _attach(self, container: Any, output: AttemptOutput, spec: ContainerSpec) -> threading.Thread | None:
+        """A thread that hands the container's stdout and stderr, in order, to the attempt's sink as they come.
+
+        Attached before the start, so nothing is missed; the attach stream carries the output as the container
+        writes it, in large frames, where the logs endpoint would decode the log driver's file line by line
+        (measured: 10 MiB of lines cost a job 3-7% of its time this way, about 100% that way)."""
+        try:
+            sock = await self._call(container.attach_socket, params={"stdout": 1, "stderr": 1, "stream": 1})
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            self.log("container_logs_unreadable", {"jobId": spec.job_id})
+            return None
+
+        def follow() -> None:
             try:
-                output = await self._call(container.logs, stdout=True, stderr=True)
-            except (docker.errors.DockerException, requests.exceptions.RequestException):
+                for data in attached_output(sock):
+                    output.write(data)
+            except Exception:  # a daemon that goes away ends the stream, never the attempt
                 self.log("container_logs_unreadable", {"jobId": spec.job_id})
-        return ContainerEnd(
-            code if isinstance(code, int) else None, timed_out=timed_out, aborted=stopped, output=output
-        )
+            finally:
+                for end in (sock, getattr(sock, "_sock", sock)):  # the SocketIO, and the socket it reads from
+                    with contextlib.suppress(Exception):
+                        end.close()
+
+        thread = threading.Thread(target=follow, name=f"output-{spec.job_id[:32]}", daemon=True)
+        thread.start()
+        return thread
 
     async def _await_end(
         self, container: Any, spec: ContainerSpec, deadline: float, stop: StopRequest

@@ -1,17 +1,20 @@
 """Run records on this host's disk: the durable copy, written atomically before anything is mirrored.
 
-Files are `<sanitized job id>.json` in PI_LOGS_DIR. A record is written to a temporary file and renamed
-into place, so a reader or a crash never sees a torn record. The reaper deletes `.json` and `.log`
-files older than the retention window, by mtime only.
+Files are `<sanitized job id>.json` in PI_LOGS_DIR, the reference's name and shape: the job's latest attempt. A
+record is written to a temporary file and renamed into place, so a reader or a crash never sees a torn record.
+Every attempt's record is also appended, one JSON line each, to `<stem>.jsonl` beside it (a reader of the
+reference's files never opens it), and each attempt's masked output to `<stem>.log`. The reaper deletes `.json`,
+`.jsonl` and `.log` files older than the retention window, by mtime only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,6 +25,8 @@ from pi_dispatch.infra.events import EventLog, discard
 
 # Temporary files end in neither .json nor .log, so the reaper and readers never take them for records.
 _TEMP_SUFFIX = ".partial"
+ATTEMPTS_SUFFIX = ".jsonl"
+REAPED_SUFFIXES = (".json", ATTEMPTS_SUFFIX, ".log")
 
 
 def record_path(logs_dir: Path, job_id: object) -> Path:
@@ -59,25 +64,43 @@ def failure_name(error: BaseException) -> str:
 
 
 def write_record(logs_dir: Path, record: Mapping[str, Any], log: EventLog = discard) -> Path | None:
-    """Write the record durably. Returns its path, or None after logging why."""
+    """Write the record durably, then add it to the job's attempts. Returns its path, or None after logging why."""
+    line = (js_json(record) + "\n").encode("utf-8")
     try:
         target = record_path(logs_dir, record.get("jobId"))
-        write_atomically(target, (js_json(record) + "\n").encode("utf-8"))
-        return target
+        write_atomically(target, line)
     except Exception as error:
         log("run_record_failed", {"jobId": record_stem(record.get("jobId")), "reason": failure_name(error)})
         return None
+    try:  # the record file is the record; the attempts beside it are its history, never retried twice
+        append_line(target.with_suffix(ATTEMPTS_SUFFIX), line)
+    except OSError as error:
+        log("run_attempts_failed", {"jobId": record_stem(record.get("jobId")), "reason": failure_name(error)})
+    return target
 
 
-def write_job_log(logs_dir: Path, job_id: object, output: bytes, log: EventLog = discard) -> Path | None:
-    """Write a job's raw container output to `<stem>.log` (mode 0600: it can quote issue text). Never raises."""
+def append_line(target: Path, line: bytes) -> None:
+    """One whole line at the end of a private file, durable once this returns (a torn last line is skipped)."""
+    handle = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        target = logs_dir / f"{record_stem(job_id)}.log"
-        write_atomically(target, output)
-        return target
-    except Exception as error:
-        log("job_log_failed", {"jobId": record_stem(job_id), "reason": failure_name(error)})
-        return None
+        os.write(handle, line)
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def read_attempt_records(logs_dir: Path, job_id: object) -> list[Any]:
+    """This host's records of every attempt at a job, oldest first; unreadable lines are skipped."""
+    try:
+        lines = record_path(logs_dir, job_id).with_suffix(ATTEMPTS_SUFFIX).read_bytes().splitlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            if isinstance(record := js_json_parse(line), dict):
+                records.append(record)
+    return records
 
 
 def read_records_counted(logs_dir: Path, limit: int = 1_000) -> tuple[list[Any], int]:
@@ -107,7 +130,7 @@ def read_records(logs_dir: Path, limit: int = 1_000) -> list[Any]:
 
 
 def reap_logs(logs_dir: Path, retention_days: int, *, now: Callable[[], int] = wall_ms, log: EventLog = discard) -> int:
-    """Delete `.json`/`.log` files older than the retention window; 0 days keeps everything."""
+    """Delete `.json`/`.jsonl`/`.log` files older than the retention window; 0 days keeps everything."""
     if retention_days == 0:
         return 0
     cutoff_ns = (now() - retention_days * DAY_MS) * 1_000_000
@@ -118,7 +141,7 @@ def reap_logs(logs_dir: Path, retention_days: int, *, now: Callable[[], int] = w
         log("log_reaper_skipped", {"reason": type(error).__name__})
         return 0
     for entry in entries:
-        if not entry.name.endswith((".json", ".log")):
+        if not entry.name.endswith(REAPED_SUFFIXES):
             continue
         try:
             if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime_ns < cutoff_ns:
@@ -136,6 +159,12 @@ class Mirror(Protocol):
     async def mirror(self, record: Mapping[str, Any] | None, sanitized_job_id: str) -> bool: ...
 
 
+class Attempts(Protocol):
+    """What the recorder needs of the store's attempt history (`fleet/jobhistory.py`)."""
+
+    async def remember(self, record: Mapping[str, Any], stem: str) -> bool: ...
+
+
 class RunRecorder:
     """Record a finished run: the file first, durably; then, without waiting, the fleet mirror.
 
@@ -145,9 +174,12 @@ class RunRecorder:
     this host declared a worker name.
     """
 
-    def __init__(self, logs_dir: Path, mirror: Mirror | None, log: EventLog = discard) -> None:
+    def __init__(
+        self, logs_dir: Path, mirror: Mirror | None, log: EventLog = discard, attempts: Attempts | None = None
+    ) -> None:
         self.logs_dir = logs_dir
         self.mirror = mirror
+        self.attempts = attempts
         self.log = log
         self._in_flight: set[asyncio.Task[bool]] = set()
         self.unwritten: dict[str, Mapping[str, Any]] = {}  # record stem -> the latest record not yet on disk
@@ -161,10 +193,15 @@ class RunRecorder:
             return None
         self.unwritten.pop(stem, None)
         if self.mirror is not None:
-            task = asyncio.ensure_future(self.mirror.mirror(record, stem))
-            self._in_flight.add(task)
-            task.add_done_callback(self._in_flight.discard)
+            self._start(self.mirror.mirror(record, stem))
+        if self.attempts is not None:
+            self._start(self.attempts.remember(record, stem))
         return path
+
+    def _start(self, write: Coroutine[Any, Any, bool]) -> None:
+        task = asyncio.ensure_future(write)
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
 
     def retry(self) -> int:
         """Write (then mirror) the records the disk refused before; returns how many are still unwritten."""

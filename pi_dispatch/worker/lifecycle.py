@@ -27,24 +27,27 @@ from pi_dispatch.core.jobs import QueuedJob
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.fleet.hosts import FleetHost, heartbeat_row
+from pi_dispatch.fleet.jobhistory import JobHistory
 from pi_dispatch.fleet.liveness import CONSUMER_STUCK_S, IDLE_POLL_S, progress_facts, stuck_consumer
-from pi_dispatch.fleet.mirror import RunMirror
+from pi_dispatch.fleet.mirror import RunMirror, mirror_window_ms
 from pi_dispatch.fleet.registry import HostRegistry, LiveHosts, read_live_hosts
-from pi_dispatch.fleet.rehome import MAX_STALLS, Rehomer, queue_counts
+from pi_dispatch.fleet.rehome import MAX_STALLS, Rehomer
 from pi_dispatch.infra.clock import host_zone, wall_ms
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.sdnotify import notify, watchdog_interval_s
+from pi_dispatch.infra.sdnotify import feed_watchdog, notify, watchdog_interval_s
 from pi_dispatch.infra.valkey import bounded, connect, describe, fleet_id, with_password
 from pi_dispatch.triggers.file import Trigger
 from pi_dispatch.triggers.schedules import load_cron
 from pi_dispatch.triggers.watch import TriggerWatch
 from pi_dispatch.worker.attempts import Attempts, attempts_made
 from pi_dispatch.worker.containers import STOP_GRACE_S, ContainerRuntime
+from pi_dispatch.worker.control import Control
 from pi_dispatch.worker.cron import CronSchedules
 from pi_dispatch.worker.history import RunRecorder, reap_logs
 from pi_dispatch.worker.jobdirs import clear_job_dirs
 from pi_dispatch.worker.metrics import WorkerMetrics
 from pi_dispatch.worker.oneshot import OneShots
+from pi_dispatch.worker.output import Outputs
 from pi_dispatch.worker.waitgate import WaitGate
 
 SWEEP_INTERVAL_S: Final = 24 * 3600
@@ -96,20 +99,20 @@ class Worker:
         await self.registry.start(self._row(digest or ""))
         await self._start_consumers(connection)
         watch = await self._start_cron(boot_text)
+        await self.control.boot()  # a host drained before this start stays drained: its consumers start paused
         runs = [asyncio.ensure_future(bull.run()) for bull in self.bullmq_workers]
-        rehomer = Rehomer(
-            self.client, connection, settings.rehome_after_ms, settings.lock_duration_ms, self.log, self.now
-        )
+        rehomer = self.rehomer
         background = [
             asyncio.ensure_future(self._sweep_forever()),
             asyncio.ensure_future(rehomer.run_forever(stop)),
             asyncio.ensure_future(self._upkeep()),
+            asyncio.ensure_future(self.control.listen()),
         ]
         health = asyncio.ensure_future(self._health())
         self.log("worker_started", {"queues": self.queues, "concurrency": settings.concurrency, "reaped": reaped})
         notify("READY=1")
         if (interval := watchdog_interval_s()) is not None:
-            background.append(asyncio.ensure_future(self._feed_watchdog(interval)))
+            background.append(asyncio.ensure_future(feed_watchdog(interval)))
         stopping = asyncio.ensure_future(stop.wait())
         done, _ = await asyncio.wait([stopping, health, *runs], return_when=asyncio.FIRST_COMPLETED)
         fault = None
@@ -129,15 +132,27 @@ class Worker:
         mirror = (
             RunMirror(self.client, settings.log_retention_days, log=self.log) if settings.worker_name_declared else None
         )
-        self.recorder = RunRecorder(settings.logs_dir, mirror, self.log)
+        history = JobHistory(self.client, int(mirror_window_ms(settings.log_retention_days)), self.log)
+        self.recorder = RunRecorder(settings.logs_dir, mirror, self.log, attempts=history)
         wait_gate = WaitGate(settings, self.client, self.now, self.jitter, self.log)
         self.attempts = Attempts(settings, self.runtime, self.client, self.recorder, wait_gate, self.now, self.log)
         self.attempts.metrics = self.metrics
         self.attempts.one_shots = OneShots(settings.triggers_file, self.log)
+        if settings.capture_job_logs:
+            store_cap = settings.job_log_store_kb * 1024 if settings.job_log_store else None
+            file_cap = settings.job_log_mb * 1024 * 1024
+            self.attempts.outputs = Outputs(settings.logs_dir, self.name, file_cap, store_cap, history, self.log)
         self._serve_metrics()
         self.registry = HostRegistry(self.client, self.name, log=self.log, progress=self._live_facts)
         if self.beat_ms is not None:
             self.registry.beat_ms = self.beat_ms
+        self.rehomer = Rehomer(
+            self.client, connection, settings.rehome_after_ms, settings.lock_duration_ms, self.log, self.now
+        )
+        self.control = Control(
+            self.client, self.name, self.attempts, lambda: self.bullmq_workers, self.registry.publish,
+            self._move_own_queue, self.now, self.log,
+        )  # fmt: skip
         self.cron = CronSchedules(
             self.client,
             connection,
@@ -158,6 +173,7 @@ class Worker:
         rehomer: Rehomer,
     ) -> None:
         """After the stop: cron and the watch first, then the drain, the consumers, the records, the row last."""
+        self.control.close()
         if watch is not None:
             watch.stop()
         await self.cron.close()
@@ -285,7 +301,10 @@ class Worker:
             await asyncio.sleep(self.registry.beat_ms / 1000)
             if self.recorder.unwritten and self.recorder.retry():
                 self.log("run_records_unwritten", {"count": len(self.recorder.unwritten)})
-            await self._measure()
+            if self.metrics.enabled:
+                last_poll_ms = max((bull.polled_at_ms for bull in self.bullmq_workers), default=0)
+                await self.metrics.measure(self.client, self.queues, self.registry.last_beat_ms, last_poll_ms)
+            await self.control.beat()
             await self.cron.retry()
             live = await read_live_hosts(self.client)
             if isinstance(live, LiveHosts):
@@ -293,33 +312,17 @@ class Worker:
                 if removed := await self.runtime.sweep_orphans(alive):
                     self.log("orphans_removed", {"count": removed})
 
-    async def _measure(self) -> None:
-        """The metrics read once a beat: the last beat and poll, and this host's queues' depths (bounded)."""
-        if not self.metrics.enabled:
-            return
-        self.metrics.beat(self.registry.last_beat_ms / 1000)
-        self.metrics.polled(max((bull.polled_at_ms for bull in self.bullmq_workers), default=0) / 1000)
-        for queue in self.queues:
-            with contextlib.suppress(Exception):  # an unreachable store leaves the last depths in place
-                self.metrics.depth(queue, (await queue_counts(self.client, queue)).by_state())
-
     def _serve_metrics(self) -> None:
         address = self.settings.metrics_addr
         if not address:
             return
-        self.metrics.live(lambda: len(self.running), self.settings.concurrency)
+        self.metrics.live(lambda: len(self.running), self.settings.concurrency, lambda: self.control.draining)
         try:
             self.metrics.serve(address)
         except OSError as error:  # a taken port costs the metrics, never the worker
             self.log("metrics_unavailable", {"reason": describe(error)})
             return
         self.log("metrics_serving", {"address": address})
-
-    async def _feed_watchdog(self, interval_s: float) -> None:
-        """WATCHDOG=1 from the event loop itself: a loop blocked past WatchdogSec is killed and restarted."""
-        while True:
-            notify("WATCHDOG=1")
-            await asyncio.sleep(interval_s)
 
     async def _drain(self) -> None:
         """Take nothing new; let running containers finish within the grace, then stop them and put their jobs back."""
@@ -351,7 +354,13 @@ class Worker:
         """The row's facts read for every beat: progress (`fleet/liveness.py`) and cron (`fpCron`, `cronCount`)."""
         concurrency = self.settings.concurrency
         progress = progress_facts(self.bullmq_workers, self.attempts.running_since, concurrency, self.stuck)
-        return progress | dict(self.cron.row_facts())
+        return progress | dict(self.cron.row_facts()) | self.control.row_facts()
+
+    async def _move_own_queue(self) -> int:
+        """A drain's move: what waits on this host's own queue, to live capable peers (a nameless host has none)."""
+        if not self.settings.worker_name_declared:
+            return 0
+        return await self.rehomer.move_waiting(host_queue_name(self.name))
 
     def _row(self, image_digest: str) -> dict[str, object]:
         settings = self.settings

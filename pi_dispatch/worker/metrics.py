@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -74,6 +74,9 @@ class WorkerMetrics:
             "When a queue consumer last asked the store for a job.",
             registry=registry,
         )
+        self.draining = Gauge(
+            "pi_dispatch_draining", "1 while an operator drains this host (pi-dispatch drain).", registry=registry
+        )
         self.mirror_failures = Counter(
             "pi_dispatch_mirror_failures", "Run records the fleet mirror did not take.", registry=registry
         )
@@ -117,11 +120,12 @@ class WorkerMetrics:
         if self.enabled:
             self.duration.labels(DONE_OUTCOMES.get(outcome, outcome)).observe(seconds)
 
-    def live(self, running: Callable[[], int], slots: int) -> None:
-        """Gauges read when scraped: the containers running now, and the slots."""
+    def live(self, running: Callable[[], int], slots: int, draining: Callable[[], bool]) -> None:
+        """Gauges read when scraped: the containers running now, the slots, and whether the host is drained."""
         if self.enabled:
             self.running.set_function(running)
             self.slots.set(slots)
+            self.draining.set_function(lambda: float(draining()))
 
     def beat(self, at_s: float) -> None:
         if self.enabled:
@@ -130,6 +134,16 @@ class WorkerMetrics:
     def polled(self, at_s: float) -> None:
         if self.enabled and at_s:
             self.last_poll.set(at_s)
+
+    async def measure(self, client: Any, queues: Sequence[str], last_beat_ms: int, last_poll_ms: int) -> None:
+        """What is read once a beat: the last beat and poll, and this host's queues' depths (bounded)."""
+        from pi_dispatch.fleet.rehome import queue_counts
+
+        self.beat(last_beat_ms / 1000)
+        self.polled(last_poll_ms / 1000)
+        for queue in queues:
+            with contextlib.suppress(Exception):  # an unreachable store leaves the last depths in place
+                self.depth(queue, (await queue_counts(client, queue)).by_state())
 
     def depth(self, queue: str, counts: Mapping[str, int]) -> None:
         if self.enabled:

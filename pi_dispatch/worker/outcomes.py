@@ -44,4 +44,3 @@ class ContainerEnd:
     exit_code: int | None
     timed_out: bool = False
     aborted: bool = False
-    output: bytes = b""

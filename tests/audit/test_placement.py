@@ -176,6 +176,15 @@ def test_a_host_that_takes_no_job_is_not_draining() -> None:
     assert "host-not-draining" not in codes(fine)  # a busy host with no free slot is not asking, and that is fine
 
 
+def test_a_host_an_operator_drains_is_said_to_drain_not_flagged_as_stuck() -> None:
+    now = 10_000_000
+    drained = row("mini1", "s:prod,w:ci", consumer="ok", slotsFree="2", polledAt=str(now - 120_000), draining="true")
+    report = audit(FLEET[:2], [], live_rows=[drained, row("mini2", "s:prod,w:ci")], live_state="ok", now_ms=now)
+    found = [f for f in report.findings if f.hosts == ("mini1",)]
+    assert [f.code for f in found] == ["host-draining"] and found[0].severity == "info"
+    assert "pi-dispatch resume mini1" in found[0].fix
+
+
 def test_every_finding_code_has_a_fixture() -> None:
     source = Path(__file__).read_text() + (Path(__file__).parent / "test_cron.py").read_text()
     assert [code for code in CODES if f'"{code}"' not in source] == []

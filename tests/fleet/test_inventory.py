@@ -117,7 +117,7 @@ def test_random_host_vars_render_and_parse_back_to_the_same_settings(declared: d
     assert loaded.secret_profiles == declared.get(PREFIX + "secret_profiles", {})
     assert loaded.wait_profiles == declared.get(PREFIX + "wait_profiles", {})
     assert loaded.concurrency == declared.get(PREFIX + "concurrency", 3)
-    assert loaded.capture_job_logs is declared.get(PREFIX + "capture_job_logs", False)
+    assert loaded.capture_job_logs is declared.get(PREFIX + "capture_job_logs", True)  # kept unless declared off
     password = declared.get(PREFIX + "valkey_password")
     assert (loaded.valkey_password.get_secret_value() if loaded.valkey_password else None) == password
 

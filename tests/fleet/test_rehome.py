@@ -27,6 +27,7 @@ from pi_dispatch.fleet.rehome import Rehomer
 from pi_dispatch.infra.events import Recorder
 from pi_dispatch.testing.jobs import forge_job
 from tests.support.helpers import run_cli
+from tests.support.workers import open_queues, registered_hosts
 
 pytestmark = [pytest.mark.redis]
 DEAD, ALIVE, PLAIN = "pi-jobs@dead", "pi-jobs@alive", "pi-jobs@plain"
@@ -44,25 +45,15 @@ def test_silence_starts_at_the_last_beat_or_when_first_noticed() -> None:
 
 @pytest.fixture
 async def queues(valkey_url: str) -> AsyncIterator[dict[str, Queue]]:
-    opened = {name: Queue(name, {"connection": valkey_url}) for name in (DEAD, ALIVE, PLAIN, "pi-jobs")}
-    try:
+    async with open_queues(valkey_url, (DEAD, ALIVE, PLAIN, "pi-jobs")) as opened:
         yield opened
-    finally:
-        for queue in opened.values():
-            await queue.close()
 
 
 @pytest.fixture
 async def fleet(client: aioredis.Redis) -> AsyncIterator[None]:
     """Two live hosts: `alive` serves prod, `plain` does not (so prod jobs are routed, not shared)."""
-    rows = [HostRegistry(client, "alive"), HostRegistry(client, "plain")]
-    await rows[0].start({"routes": "true", "caps": "s:prod"})
-    await rows[1].start({"routes": "true", "caps": ""})
-    try:
+    async with registered_hosts(client, {"alive": "s:prod", "plain": ""}):
         yield
-    finally:
-        for row in rows:
-            await row.close()
 
 
 async def sweep(client: aioredis.Redis, url: str, log: Recorder | None = None) -> int:

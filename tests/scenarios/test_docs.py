@@ -29,12 +29,18 @@ SAYS = {
     "pi-dispatch config render --host mini1": ["PI_WORKER_NAME=mini1", "PI_SECRET_PROFILES=prod:"],
     "pi-dispatch config render --host mini2": ["OK:"],
     "pi-dispatch route": ["pi-jobs@mini1"],
-    "pi-dispatch enqueue": ["pi-jobs@mini1"],
+    "pi-dispatch enqueue --job inventory.example/jobs/deploy.json": ["pi-jobs@mini1"],
+    "pi-dispatch enqueue --job inventory.example/jobs/ticks.json": ["gh-docs-3"],
     "pi-dispatch hosts": ["mini1", "mini2", "mini3", "s:prod"],
     "pi-dispatch top": ["mini1", "mini2", "mini3", "pi-jobs@mini1", "Latest runs"],  # a pipe gets one frame
     "pi-dispatch audit -i inventory.example/hosts.yml --triggers inventory.example/triggers.json --simulate": [
         "profile-hosts-down"
     ],
+    "pi-dispatch logs gh-docs-3 -f": ["tick 1", "tick 2"],
+    "pi-dispatch job gh-docs-3": ["job gh-docs-3", "attempts"],
+    "pi-dispatch cancel gh-docs-2": ["cancelled gh-docs-2"],
+    "pi-dispatch drain mini3": ["mini3: draining"],
+    "pi-dispatch resume mini3": ["mini3: resumed"],
 }
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,3 +148,31 @@ class ContainerWatch:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join(5)
+
+
+@contextlib.asynccontextmanager
+async def open_queues(url: str, names: Sequence[str]) -> AsyncIterator[dict[str, Any]]:
+    """BullMQ queues by name, closed on exit."""
+    from bullmq import Queue
+
+    opened = {name: Queue(name, {"connection": url}) for name in names}
+    try:
+        yield opened
+    finally:
+        for queue in opened.values():
+            await queue.close()
+
+
+@contextlib.asynccontextmanager
+async def registered_hosts(client: Any, caps_by_host: Mapping[str, str]) -> AsyncIterator[None]:
+    """Live, routing registry rows, one per host with its capability tokens, removed on exit."""
+    from pi_dispatch.fleet.registry import HostRegistry
+
+    rows = [HostRegistry(client, name) for name in caps_by_host]
+    for row, caps in zip(rows, caps_by_host.values(), strict=True):
+        await row.start({"routes": "true", "caps": caps})
+    try:
+        yield
+    finally:
+        for row in rows:
+            await row.close()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from pi_dispatch.worker.containers import (
     ImageMissing,
     StopRequest,
 )
+from pi_dispatch.worker.output import AttemptOutput, Capped, Masker
 
 
 def spec_for(tmp_path: Path, image: str, event: dict[str, Any], **changes: Any) -> ContainerSpec:
@@ -48,20 +51,54 @@ def runtime() -> Any:
     runtime.close()
 
 
+def sink_for(path: Path, secrets: tuple[str, ...] = ()) -> AttemptOutput:
+    sink = AttemptOutput(path, "attempt=1 host=containers-test", Masker(secrets), Capped(1 << 20), Capped(1 << 16))
+    sink.open()
+    return sink
+
+
 @pytest.mark.docker
 async def test_exit_codes_and_output_come_back(tmp_path: Path, job_image: str, runtime: ContainerRuntime) -> None:
     for code in (0, 1, 2, 7):
-        end = await runtime.run(spec_for(tmp_path, job_image, {"demoExit": code}), capture=True, stop=StopRequest())
+        sink = sink_for(tmp_path / f"{code}.log")
+        end = await runtime.run(spec_for(tmp_path, job_image, {"demoExit": code}), output=sink, stop=StopRequest())
+        sink.close()
         assert (end.exit_code, end.timed_out, end.aborted) == (code, False, False)
-        assert b"job gh-1 attempt ? on ?: 15 bytes of event" in end.output
+        assert b"job gh-1 attempt ? on ?: 15 bytes of event" in (tmp_path / f"{code}.log").read_bytes()
+
+
+@pytest.mark.docker
+async def test_output_is_followed_timestamped_and_masked_as_it_comes(
+    tmp_path: Path, job_image: str, runtime: ContainerRuntime
+) -> None:
+    secret = "value-for-vault/deploy"
+    sink = sink_for(tmp_path / "out.log", (secret,))
+    spec = spec_for(tmp_path, job_image, {"demoLeak": 1, "demoTicks": 2}, environment={"DEPLOY_TOKEN": secret})
+    running = asyncio.ensure_future(runtime.run(spec, output=sink, stop=StopRequest()))
+    seen = b""
+    for _ in range(100):  # the first tick is in the store's copy while the container still runs
+        seen += sink.pending()
+        if b"tick 1" in seen:
+            break
+        await asyncio.sleep(0.1)
+    assert b"tick 1" in seen and not running.done()
+    await running
+    sink.close()
+    text = (tmp_path / "out.log").read_bytes()
+    assert text.startswith(b"#pi-dispatch attempt=1 host=containers-test\n")
+    lines = text.splitlines()[1:]
+    assert all(re.match(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ", line) for line in lines), lines
+    assert b"leaked: ***" in text and b"leaked in base64: ***" in text and b"token=***" in text
+    assert secret.encode() not in text and base64.b64encode(secret.encode()) not in text
+    assert b"vault%2Fdeploy" not in text and b"tick 2" in text
 
 
 @pytest.mark.docker
 async def test_no_container_is_left_behind(
     tmp_path: Path, job_image: str, runtime: ContainerRuntime, docker_client: Any
 ) -> None:
-    for capture in (True, False):
-        await runtime.run(spec_for(tmp_path, job_image, {}), capture=capture, stop=StopRequest())
+    for output in (sink_for(tmp_path / "kept.log"), None):
+        await runtime.run(spec_for(tmp_path, job_image, {}), output=output, stop=StopRequest())
     await asyncio.sleep(1)  # an auto-removed container goes just after its exit is reported
     assert docker_client.containers.list(all=True, filters={"label": f"{LABEL_HOST}=containers-test"}) == []
 
@@ -69,7 +106,7 @@ async def test_no_container_is_left_behind(
 @pytest.mark.docker
 async def test_the_timeout_stops_the_container(tmp_path: Path, job_image: str, runtime: ContainerRuntime) -> None:
     spec = spec_for(tmp_path, job_image, {"demoSleep": 60}, timeout_s=1)
-    end = await runtime.run(spec, capture=False, stop=StopRequest())
+    end = await runtime.run(spec, output=None, stop=StopRequest())
     assert end.timed_out and not end.aborted and end.exit_code != 0
 
 
@@ -77,7 +114,7 @@ async def test_the_timeout_stops_the_container(tmp_path: Path, job_image: str, r
 async def test_an_abort_stops_the_container(tmp_path: Path, job_image: str, runtime: ContainerRuntime) -> None:
     stop = StopRequest()
     asyncio.get_running_loop().call_later(1.0, stop.request, STOP_GRACE_S)
-    end = await runtime.run(spec_for(tmp_path, job_image, {"demoSleep": 60}), capture=False, stop=stop)
+    end = await runtime.run(spec_for(tmp_path, job_image, {"demoSleep": 60}), output=None, stop=stop)
     assert end.aborted and not end.timed_out
 
 
@@ -86,7 +123,7 @@ async def test_labels_name_the_job_and_this_host(
     tmp_path: Path, job_image: str, runtime: ContainerRuntime, docker_client: Any
 ) -> None:
     running = asyncio.ensure_future(
-        runtime.run(spec_for(tmp_path, job_image, {"demoSleep": 3}), capture=False, stop=StopRequest())
+        runtime.run(spec_for(tmp_path, job_image, {"demoSleep": 3}), output=None, stop=StopRequest())
     )
     for _ in range(100):
         found = docker_client.containers.list(filters={"label": f"{LABEL_HOST}=containers-test"})
@@ -104,7 +141,7 @@ async def test_labels_name_the_job_and_this_host(
 
 async def test_a_missing_image_is_reported(tmp_path: Path, runtime: ContainerRuntime) -> None:
     with pytest.raises(ImageMissing):
-        await runtime.run(spec_for(tmp_path, "pi-dispatch-no-such-image:0", {}), capture=False, stop=StopRequest())
+        await runtime.run(spec_for(tmp_path, "pi-dispatch-no-such-image:0", {}), output=None, stop=StopRequest())
     assert await runtime.image_id("pi-dispatch-no-such-image:0") is None
 
 

@@ -19,7 +19,10 @@ def test_write_is_atomic_and_named_by_sanitized_id(tmp_path: Path) -> None:
     assert path is not None and path.name.startswith("repeat_nightly_1700000000000~") and path.suffix == ".json"
     assert write_record(tmp_path / "logs", {"jobId": "gh-plain-1"}) == tmp_path / "logs" / "gh-plain-1.json"
     assert path.read_text() == json.dumps(record, separators=(",", ":")) + "\n"
-    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["gh-plain-1.json", path.name]  # no temp file
+    stems = ["gh-plain-1", path.stem]
+    names = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert names == sorted([f"{stem}{suffix}" for stem in stems for suffix in (".json", ".jsonl")])  # no temp file
+    assert path.with_suffix(".jsonl").read_text() == path.read_text()  # each attempt's record, one line each
 
 
 def test_a_retry_overwrites(tmp_path: Path) -> None:

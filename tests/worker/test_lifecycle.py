@@ -444,7 +444,7 @@ def test_the_worker_never_logs_a_profile_path(tmp_path: Path) -> None:
 async def test_concurrency_bounds_the_machine_across_both_queues(
     tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queues: dict[str, Queue]
 ) -> None:
-    env = worker_env(tmp_path, valkey_url, job_image, "mini1", PI_CONCURRENCY="1")
+    env = worker_env(tmp_path, valkey_url, job_image, "mini1", PI_CONCURRENCY="1", PI_CAPTURE_JOB_LOGS="0")
     async with running_worker(settings_of(env)) as w:
         jobs = [("pi-jobs", "gh-shared"), ("pi-jobs@mini1", "gh-own"), ("pi-jobs", "gh-shared-2")]
         for number, (queue, job_id) in enumerate(jobs):
@@ -455,7 +455,7 @@ async def test_concurrency_bounds_the_machine_across_both_queues(
     ends = sorted(datetime.fromisoformat(record["endedAt"]) for record in read_records(w.logs_dir))
     assert len(ends) == 3
     assert all((later - earlier).total_seconds() >= 1.0 for earlier, later in itertools.pairwise(ends)), ends
-    assert not list(w.logs_dir.glob("*.log"))  # raw output is kept only with PI_CAPTURE_JOB_LOGS=1
+    assert not list(w.logs_dir.glob("*.log"))  # with PI_CAPTURE_JOB_LOGS=0 no output is kept
 
 
 @pytest.mark.slow
