@@ -22,6 +22,7 @@ from pi_dispatch.infra.valkey import describe
 from pi_dispatch.worker.history import read_attempt_records
 
 FOLLOW_START_S: Final = 60.0  # how long `logs -f` waits for a job's first output to appear
+QUIET_CHECK_S: Final = 15  # after this many quiet seconds a follower asks whether the attempt ended without a word
 JobArgument = Annotated[str, typer.Argument(help="The job's id, as `runs` and the logs show it.")]
 LogsDirOption = Annotated[
     Path | None, typer.Option("--logs-dir", help="This host's PI_LOGS_DIR, for the attempts it ran itself.")
@@ -147,11 +148,17 @@ async def _stream(client: Any, stem: str, attempt: int, entries: list[Entry], fo
             break
         entries += more
     print_output(b"".join(entry.text for entry in entries), tail)
-    last = entries[-1]
+    last, quiet = entries[-1], 0
     while follow and last.kind != "end":
-        for entry in await wait_entries(client, stem, attempt, last.id):
+        arrived = await wait_entries(client, stem, attempt, last.id)
+        for entry in arrived:
             print_output(entry.text, None)
             last = entry
+        quiet = 0 if arrived else quiet + 1
+        if quiet >= QUIET_CHECK_S and len(await read_attempts(client, stem)) >= attempt:
+            errors.print(f"(attempt {attempt} has its record, but its output no end: its worker stopped first)")
+            return ExitStatus.OK
+        quiet = quiet if quiet < QUIET_CHECK_S else 0
     if last.kind == "end":
         print_end(attempt, last)
     return ExitStatus.OK

@@ -57,3 +57,17 @@ async def test_logs_names_the_host_that_keeps_its_own_and_says_when_there_is_non
 def test_an_unreachable_store_is_one_line_and_exit_1() -> None:
     done = run_cli("job", "gh-1", "--valkey-url", "redis://127.0.0.1:1")
     assert done.returncode == 1 and "Valkey could not be read" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+async def test_a_follower_stops_when_the_attempt_ended_without_its_end_entry(
+    client: aioredis.Redis, valkey_url: str
+) -> None:
+    history = JobHistory(client, 60_000)
+    stem = record_stem("gh-cut-1")
+    await history.started(stem, 1, {"host": "mini1", "at": "t0", "store": "on"})
+    await history.output(stem, 1, b"2027 before the worker died\n")
+    await history.remember({"jobId": "gh-cut-1", "outcome": "failed", "reason": "job-stalled"}, stem)
+    done = await asyncio.to_thread(run_cli, "logs", "gh-cut-1", "-f", "--valkey-url", valkey_url)
+    assert done.returncode == 0 and "before the worker died" in done.stdout
+    assert "its worker stopped first" in done.stderr

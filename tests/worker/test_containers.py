@@ -167,3 +167,22 @@ async def test_the_boot_reaper_removes_this_hosts_strays_only(docker_client: Any
     finally:
         for other in others:
             other.remove(force=True)
+
+
+@pytest.mark.docker
+async def test_while_the_worker_keeps_the_output_docker_keeps_no_copy(
+    tmp_path: Path, job_image: str, runtime: ContainerRuntime, docker_client: Any
+) -> None:
+    sink = sink_for(tmp_path / "kept.log")
+    spec = spec_for(tmp_path, job_image, {"demoTicks": 2}, docker_log=False)
+    running = asyncio.ensure_future(runtime.run(spec, output=sink, stop=StopRequest()))
+    found: list[Any] = []
+    for _ in range(100):
+        found = docker_client.containers.list(filters={"label": f"{LABEL_HOST}=containers-test"})
+        if found:
+            break
+        await asyncio.sleep(0.05)
+    assert found and found[0].attrs["HostConfig"]["LogConfig"]["Type"] == "none"
+    await running
+    sink.close()
+    assert b"tick 2" in (tmp_path / "kept.log").read_bytes()
