@@ -96,7 +96,7 @@ def retry(
         if job_id is not None:
             return [(job_id, await retry_job(client, connection, job_id, await _queues(client, job_id)))]
         found = await failed_jobs(client, await _queues(client, None), since_ms=since_ms, host=host)
-        return [(each, await retry_job(client, connection, each, await _queues(client, each))) for each in found]
+        return [(each, await retry_job(client, connection, each, [queue])) for each, queue in found]
 
     results = run_store(url, run)
     if as_json:

@@ -79,13 +79,15 @@ async def cancel_job(
                 return Cancelled("cancelled", job, "queued", time.monotonic() - began)
         elif _cancelled(job):
             return Cancelled("cancelled", job, "running", time.monotonic() - began)
-        elif job.finished:
+        elif job.finished:  # it ended before the cancel reached it: the fact goes, so nothing else changes
+            await clear_cancel(client, job_id)
             return Cancelled("finished", job)
         if time.monotonic() - began >= wait_s:
             return Cancelled("pending", job, job.state, time.monotonic() - began)
         await asyncio.sleep(POLL_S)
         found = await locate(client, job_id, [job.queue])
         if not found:
+            await clear_cancel(client, job_id)
             return Cancelled("missing")
         job = found[0]
 
@@ -165,23 +167,23 @@ async def _route_again(client: aioredis.Redis, connection: str, job: Located) ->
 
 async def failed_jobs(
     client: aioredis.Redis, queues: list[str], *, since_ms: int, host: str | None, limit: int = RETRY_MAX
-) -> list[str]:
-    """The failed jobs of these queues since a time, oldest first; with host, those whose last attempt ran there
-    (by its record; a job with none, by its queue). Two round trips."""
+) -> list[tuple[str, str]]:
+    """The failed jobs of these queues since a time, oldest first, each with its queue; with host, those whose last
+    attempt ran there (by its record; a job with none, by its queue). Two round trips."""
     pipe = client.pipeline(transaction=False)
     for queue in queues:
         pipe.zrangebyscore(bull_key(queue, "failed"), since_ms, "+inf", start=0, num=limit)
     answers = await bounded(pipe.execute(), OP_TIMEOUT_S)
     found = [(_text(job_id), queue) for queue, ids in zip(queues, answers, strict=True) for job_id in ids][:limit]
     if host is None or not found:
-        return [job_id for job_id, _ in found]
+        return found
     bodies = await bounded(client.mget([run_record_key(record_stem(job_id)) for job_id, _ in found]), OP_TIMEOUT_S)
     kept = []
     for (job_id, queue), body in zip(found, bodies, strict=True):
         record = _parsed(body)
         ran = record.get("host") if isinstance(record, dict) else worker_of_queue(queue)
         if ran == host:
-            kept.append(job_id)
+            kept.append((job_id, queue))
     return kept
 
 

@@ -132,10 +132,10 @@ async def test_a_cancelled_or_failed_job_runs_again_routed_anew(
     assert unfinished.result == "unfinished" and unfinished.job is not None and unfinished.job.state == "waiting"
 
     await finish(valkey_url, "pi-jobs@mini1", job_id, fail=True)
-    assert await failed_jobs(client, QUEUES, since_ms=0, host=None) == [job_id]
-    assert await failed_jobs(client, QUEUES, since_ms=0, host="mini2") == [job_id]  # its last record: the cancel
+    assert await failed_jobs(client, QUEUES, since_ms=0, host=None) == [(job_id, "pi-jobs@mini1")]
+    assert await failed_jobs(client, QUEUES, since_ms=0, host="mini2") == [(job_id, "pi-jobs@mini1")]  # its record
     await client.delete(run_record_key(record_stem(job_id)))
-    assert await failed_jobs(client, QUEUES, since_ms=0, host="mini1") == [job_id]  # no record: by its queue
+    assert await failed_jobs(client, QUEUES, since_ms=0, host="mini1") == [(job_id, "pi-jobs@mini1")]  # by its queue
     assert await failed_jobs(client, QUEUES, since_ms=0, host="mini2") == []
     assert await failed_jobs(client, QUEUES, since_ms=wall_ms() + 60_000, host=None) == []
     assert (await retry_job(client, valkey_url, job_id, QUEUES)).result == "queued"
