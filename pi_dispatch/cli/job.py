@@ -10,15 +10,14 @@ from pathlib import Path
 from typing import Annotated, Any, Final
 
 import typer
-from redis.exceptions import RedisError
 
 from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors
-from pi_dispatch.core.errors import ExitStatus, PiDispatchError
+from pi_dispatch.cli.reads import run_store
+from pi_dispatch.core.errors import ExitStatus
 from pi_dispatch.core.names import record_stem
 from pi_dispatch.fleet.jobhistory import Entry, log_attempts, read_attempts, read_entries, wait_entries
 from pi_dispatch.fleet.locate import candidate_queues, locate
 from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
-from pi_dispatch.infra.valkey import describe
 from pi_dispatch.worker.history import read_attempt_records
 
 FOLLOW_START_S: Final = 60.0  # how long `logs -f` waits for a job's first output to appear
@@ -33,16 +32,6 @@ def logs_dir_of(option: Path | None) -> Path:
     from pi_dispatch.config.sources import HostFacts
 
     return option or Path(os.environ.get("PI_LOGS_DIR") or HostFacts.of_this_machine().default_logs_dir())
-
-
-def run_store(url: str | None, use: Any) -> Any:
-    """One command's store work, with a store that cannot be reached said in one line (exit 1)."""
-    from pi_dispatch.cli.reads import valkey_url, with_client
-
-    try:
-        return asyncio.run(with_client(valkey_url(url), use))
-    except (RedisError, OSError, TimeoutError) as error:
-        raise PiDispatchError(f"Valkey could not be read: {describe(error)}") from error
 
 
 async def describe_job(client: Any, job_id: str, logs_dir: Path) -> dict[str, Any]:

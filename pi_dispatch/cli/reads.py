@@ -123,14 +123,19 @@ def merged_runs(logs_dir: Path, url: str, limit: int, host: str | None) -> tuple
     return runs, mirrored.degraded, skipped + mirrored.skipped
 
 
+def run_store(url: str | None, use: Callable[[Any], Any]) -> Any:
+    """One command's store work, with a store that cannot be reached said in one line (exit 1)."""
+    try:
+        return asyncio.run(with_client(valkey_url(url), use))
+    except (RedisError, OSError, TimeoutError) as error:
+        raise PiDispatchError(f"Valkey could not be read: {describe(error)}") from error
+
+
 def job_attempts(logs_dir: Path, url: str, job_id: str) -> list[Any]:
     """Every attempt of one job: the fleet's list in the store, else this host's own."""
     from pi_dispatch.core.names import record_stem
     from pi_dispatch.fleet.jobhistory import read_attempts
     from pi_dispatch.worker.history import read_attempt_records
 
-    try:
-        stored = asyncio.run(with_client(url, lambda client: read_attempts(client, record_stem(job_id))))
-    except (RedisError, OSError, TimeoutError) as error:
-        raise PiDispatchError(f"Valkey could not be read: {describe(error)}") from error
+    stored = run_store(url, lambda client: read_attempts(client, record_stem(job_id)))
     return list(stored) or read_attempt_records(logs_dir, job_id)

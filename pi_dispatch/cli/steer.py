@@ -6,6 +6,7 @@ the registry) or the store could not be reached; 2 bad input.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from datetime import datetime
@@ -15,7 +16,8 @@ import typer
 from rich.markup import escape
 
 from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors
-from pi_dispatch.cli.job import JobArgument, run_store
+from pi_dispatch.cli.job import JobArgument
+from pi_dispatch.cli.reads import run_store
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.core.names import WORKER_NAME_RE
 from pi_dispatch.fleet.locate import candidate_queues
@@ -174,7 +176,7 @@ def _steer_host(host: str, drain: Any, url: str | None) -> None:
             row = next((row for row in listed if row.get("name") == host), None)
             if row is not None and is_draining(row) == (drain is not None):
                 return True, True
-            await _pause()
+            await asyncio.sleep(0.2)
         return host in rows, False
 
     known, acknowledged = run_store(url, run)
@@ -185,9 +187,3 @@ def _steer_host(host: str, drain: Any, url: str | None) -> None:
         console.print(f"{escape(host)}: {verb} is recorded; its worker has not said so yet (it will at its next beat)")
     else:
         console.print(f"{escape(host)}: {verb} is recorded; no live worker has that name: it applies when one starts")
-
-
-async def _pause() -> None:
-    import asyncio
-
-    await asyncio.sleep(0.2)

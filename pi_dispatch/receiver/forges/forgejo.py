@@ -11,10 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from aiohttp import web
-
 from pi_dispatch.core.jscompat import get, is_integer, is_number, truthy
-from pi_dispatch.receiver.forges.spec import AuthorityLookup, Delivery, Forge, hub_delivery, hub_hint
+from pi_dispatch.receiver.forges.spec import AuthorityLookup, Delivery, Forge, hub_hint, hub_verify
 from pi_dispatch.receiver.routes import (
     Drop,
     Job,
@@ -187,10 +185,6 @@ def gate(
     return routes.pull_request() if event == "pull_request" else Drop("unhandled-event")
 
 
-async def _verify(request: web.BaseRequest, secret: bytes, _now_s: float) -> Delivery:
-    return await hub_delivery(request, secret, project)
-
-
 def _gate(d: Delivery, rules: ForgeRules, flows: frozenset[str], self_id: object, verdict: object) -> Verdict:
     return gate(d.event, d.payload, rules, flows, self_id=self_id, authorized=verdict, delivery=d.id)
 
@@ -199,7 +193,7 @@ SPEC: Final = Forge(
     name="forgejo",
     path="/forgejo",
     delivery_hint=hub_hint,
-    verify=_verify,
+    verify=hub_verify(project),
     authority=AuthorityLookup(
         "forgejo_permission_lookup_failed",
         "permission-lookup-failed",

@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from aiohttp import web
-
 from pi_dispatch.core.jscompat import MISSING, get, is_integer, is_number, js_trim, truthy
-from pi_dispatch.receiver.forges.spec import AuthorityLookup, Delivery, Forge, hub_delivery, hub_hint
+from pi_dispatch.receiver.forges.spec import AuthorityLookup, Delivery, Forge, hub_hint, hub_verify
 from pi_dispatch.receiver.routes import (
     Drop,
     Verdict,
@@ -224,10 +222,6 @@ def gate(
     return Drop("unhandled-event")
 
 
-async def _verify(request: web.BaseRequest, secret: bytes, _now_s: float) -> Delivery:
-    return await hub_delivery(request, secret, project)
-
-
 def _gate(d: Delivery, rules: ForgeRules, flows: frozenset[str], self_id: object, closer: object) -> Verdict:
     return gate(d.event, d.payload, rules, flows, self_id=self_id, delivery=d.id, closer=closer)
 
@@ -236,7 +230,7 @@ SPEC: Final = Forge(
     name="github",
     path=None,
     delivery_hint=hub_hint,
-    verify=_verify,
+    verify=hub_verify(project),
     authority=AuthorityLookup(
         "github_permission_lookup_failed",
         "permission-lookup-failed",

@@ -143,5 +143,14 @@ async def hub_delivery(
     return Delivery(parsed(body, project, {"error": "invalid-json"}), event, delivery)
 
 
+def hub_verify(project: Callable[[object], dict[str, Any]]) -> Verify:
+    """The `verify` of a forge that signs as GitHub does, projecting its payload with `project`."""
+
+    async def verify(request: web.BaseRequest, secret: bytes, _now_s: float) -> Delivery:
+        return await hub_delivery(request, secret, project)
+
+    return verify
+
+
 def hub_hint(headers: Mapping[str, str]) -> object:
     return headers.get("X-GitHub-Delivery") or None
