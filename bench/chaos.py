@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -49,7 +48,7 @@ from pi_dispatch.demo.store import EmbeddedValkey
 from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
-from pi_dispatch.testing.services import PrivateDocker
+from pi_dispatch.testing.services import PrivateDocker, worker_process_env
 from pi_dispatch.testing.stalling import StallingRelay
 from pi_dispatch.worker.containers import LABEL_HOST, LABEL_JOB
 from pi_dispatch.worker.history import read_records
@@ -145,20 +144,7 @@ class Fleet:
                         self.restarts[name].append(time.monotonic())
 
     def env(self, name: str, **extra: str) -> dict[str, str]:
-        folder = self.root / name
-        return {
-            "PATH": os.environ["PATH"],
-            "HOME": str(self.root),
-            "VALKEY_URL": self.url,
-            "PI_WORKER_NAME": name,
-            "PI_LOGS_DIR": str(folder / "logs"),
-            "PI_JOBS_DIR": str(folder / "jobs"),
-            "PI_JOB_IMAGE": self.image,
-            "PI_JOB_MEMORY_MB": "64",
-            "PI_JOB_CPUS": "0.5",
-            **self.extra,
-            **extra,
-        }
+        return worker_process_env(self.root, self.url, self.image, name, **{**self.extra, **extra})
 
     def start(self, name: str, **extra: str) -> None:
         extra = self.extras.setdefault(name, extra)  # a restart keeps what the first start was given

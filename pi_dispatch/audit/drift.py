@@ -9,9 +9,11 @@ from typing import Final
 from pi_dispatch.audit.findings import Finding
 from pi_dispatch.core.capabilities import ROUTE_FRESH_MS, is_draining
 from pi_dispatch.core.jscompat import iso_string
+from pi_dispatch.fleet.backlog import idle_capable
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
 from pi_dispatch.fleet.liveness import not_draining
-from pi_dispatch.fleet.registry import InvalidRow
+from pi_dispatch.fleet.registry import HOST_BEAT_MS, InvalidRow
+from pi_dispatch.fleet.steal import Waiting
 
 DOCTOR_STALE_MS: Final = 300_000
 UNROUTED: Final = "so host routing is OFF there"
@@ -201,4 +203,22 @@ def invalid_row_findings(invalid: Sequence[InvalidRow]) -> list[Finding]:
             f"find what writes host:h:{row.member!r} (a worker with a bad clock, or a foreign writer) and stop it",
         )
         for row in invalid
+    ]
+
+
+def idle_slot_findings(
+    live_rows: Sequence[Mapping[str, object]], waiting: Sequence[Waiting], after_ms: Mapping[str, int]
+) -> list[Finding]:
+    """A capable host's slots idle while work it could run waited (`fleet/backlog.idle_capable`)."""
+    return [
+        Finding(
+            "capable-slot-idle",
+            f"worker {idle.host}",
+            f"{idle.slots_free} slots free while job {idle.job.job_id} waited {idle.waited_ms / 1000:.0f} s on "
+            f"{idle.job.queue}, which it could run",
+            "keep stealing on (pi_dispatch_worker_steal: true) on hosts that share profiles; if it is on, look for "
+            "job_stolen and queue_error in journalctl -u pi-dispatch-worker on that host",
+            (idle.host,),
+        )
+        for idle in idle_capable(live_rows, waiting, after_ms, HOST_BEAT_MS)
     ]

@@ -54,6 +54,10 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         "error",
         "a live host takes no job: its queue consumer is stuck, or has not polled for 45 s with slots free",
     ),
+    "capable-slot-idle": (
+        "warning",
+        "a host had free slots while a job it could run waited on another queue past its stealing delay",
+    ),
     "host-draining": (
         "info",
         "an operator drains this host (pi-dispatch drain): it finishes what it runs and takes nothing new",

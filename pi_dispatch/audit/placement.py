@@ -13,14 +13,21 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from pi_dispatch.audit.cron import cron_drift_findings, cron_findings
-from pi_dispatch.audit.drift import draining_findings, invalid_row_findings, live_findings, queue_findings
+from pi_dispatch.audit.drift import (
+    draining_findings,
+    idle_slot_findings,
+    invalid_row_findings,
+    live_findings,
+    queue_findings,
+)
 from pi_dispatch.audit.findings import CODES, SEVERITIES, Finding, Report, Severity
 from pi_dispatch.config.hostvars import InventoryHost, host_problems
-from pi_dispatch.config.worker_settings import rehome_after_ms
+from pi_dispatch.config.worker_settings import rehome_after_ms, steal_after_ms
 from pi_dispatch.core.capabilities import CAP_SECRET, DEFAULT_SECRET_TOKEN, job_needs, need_label, profile_variable
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
 from pi_dispatch.fleet.registry import InvalidRow
+from pi_dispatch.fleet.steal import Waiting
 from pi_dispatch.triggers.file import Trigger
 from pi_dispatch.triggers.schedules import CRON
 
@@ -243,10 +250,12 @@ def audit(
     simulate_down: Iterable[str] = (),
     host_queues: Sequence[HostQueue] = (),
     invalid_rows: Sequence[InvalidRow] = (),
+    waiting: Sequence[Waiting] = (),
     now_ms: int = 0,
     host_triggers: Mapping[str, Sequence[Trigger]] | None = None,
 ) -> Report:
-    """The whole audit. live_rows None means --live was not asked for (or the registry was unreachable).
+    """The whole audit. live_rows None means --live was not asked for (or the registry was unreachable);
+    waiting: the oldest jobs on each queue (`fleet/backlog.py`).
     host_triggers: each inventory host's own triggers file (its cron), by host name."""
     cron_files = host_triggers or {}
     fleet = [FleetHost.of_inventory(host) for host in hosts]
@@ -267,6 +276,11 @@ def audit(
         }
         findings += queue_findings(host_queues, defaultdict(lambda: rehome_after_ms(None), after), now_ms)
         findings += draining_findings(live_rows, host_queues, now_ms)
+        delays = {
+            host.worker_name: steal_after_ms(inventory.declared("steal_after_ms"))
+            for host, inventory in zip(fleet, hosts, strict=True)
+        }
+        findings += idle_slot_findings(live_rows, waiting, defaultdict(lambda: steal_after_ms(None), delays))
         findings += invalid_row_findings(invalid_rows)
         findings += cron_drift_findings(hosts, fleet, live_rows, cron_files)
     findings += _placement_findings(triggers, fleet, down, liveness)

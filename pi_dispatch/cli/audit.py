@@ -18,6 +18,7 @@ from pi_dispatch.fleet.registry import InvalidRow, LiveHosts
 if TYPE_CHECKING:
     from pi_dispatch.config.hostvars import InventoryHost
     from pi_dispatch.fleet.hosts import HostQueue
+    from pi_dispatch.fleet.steal import Waiting
     from pi_dispatch.triggers.file import Trigger
 
 
@@ -71,7 +72,9 @@ def audit(
         shown.update(step, completed=1)
         _check_simulated(hosts, simulate_down or [], inventory)
         loaded, host_triggers = _load_triggers(shown, inventory, hosts, triggers or [])
-        rows, state, host_queues, invalid_rows = _read_live(shown, url) if live or url else (None, "off", [], [])
+        rows, state, host_queues, invalid_rows, waiting = (
+            _read_live(shown, url) if live or url else (None, "off", [], [], [])
+        )
         shown.add_task(f"Auditing {len(loaded)} triggers across {len(hosts)} hosts", total=None)
         report = run_audit(
             hosts,
@@ -81,6 +84,7 @@ def audit(
             simulate_down=simulate_down or [],
             host_queues=host_queues,
             invalid_rows=invalid_rows,
+            waiting=waiting,
             now_ms=wall_ms(),
             host_triggers=host_triggers,
         )
@@ -132,16 +136,17 @@ def _load_triggers(
 
 def _read_live(
     shown: Any, url: str | None
-) -> tuple[list[dict[str, object]] | None, str, list[HostQueue], list[InvalidRow]]:
-    """The live registry's rows (None when unreachable), its state as the report says it, host queues, bad rows."""
+) -> tuple[list[dict[str, object]] | None, str, list[HostQueue], list[InvalidRow], list[Waiting]]:
+    """The live registry's rows (None when unreachable), its state as the report says it, host queues, bad rows,
+    and the oldest jobs waiting on each queue."""
     from pi_dispatch.cli.reads import read_fleet, valkey_url
 
     step = shown.add_task("Reading the live registry and host queues", total=1)
-    result, host_queues = read_fleet(valkey_url(url))
+    read = read_fleet(valkey_url(url))
     shown.update(step, completed=1)
-    if isinstance(result, LiveHosts):
-        return result.hosts, "ok", host_queues, result.invalid
-    return None, f"unreachable ({result.reason})", host_queues, []
+    if isinstance(read.live, LiveHosts):
+        return read.live.hosts, "ok", read.host_queues, read.live.invalid, read.waiting
+    return None, f"unreachable ({read.live.reason})", read.host_queues, [], []
 
 
 def accepted_codes(codes: list[str]) -> list[str]:

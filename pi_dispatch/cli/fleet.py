@@ -43,13 +43,16 @@ def hosts(
     as_json: JsonOption = False,
     queues: Annotated[bool, typer.Option("--queues", help="With --json: the host queues instead of the rows.")] = False,
 ) -> None:
-    """The live host registry (name, routes, caps, staleness, version, tz) and each named host's queue."""
+    """The live host registry (name, routes, caps, staleness, version, tz, free slots, and how many of the jobs
+    waiting it could run) and each named host's queue."""
     from pi_dispatch.cli.reads import read_fleet, valkey_url
     from pi_dispatch.config.worker_settings import rehome_after_ms
     from pi_dispatch.console.tables import print_host_queues, print_hosts
+    from pi_dispatch.fleet.backlog import runnable
     from pi_dispatch.infra.clock import wall_ms
 
-    result, host_queues = read_fleet(valkey_url(url))
+    read = read_fleet(valkey_url(url))
+    result, host_queues = read.live, read.host_queues
     if isinstance(result, Unreachable):
         errors.print(f"[red]registry unreachable[/red]: {escape(result.reason)}")
         raise typer.Exit(ExitStatus.FAILURE)
@@ -60,9 +63,11 @@ def hosts(
         ]
         sys.stdout.write(json.dumps(listed, indent=2) + "\n")
     elif as_json:
-        sys.stdout.write(json.dumps(result.hosts, indent=2) + "\n")
+        could = runnable(result.hosts, read.waiting)  # beside the row's own fields, never one of them
+        listed = [{**row, "couldRun": could.get(str(row.get("name")))} for row in result.hosts]
+        sys.stdout.write(json.dumps(listed, indent=2) + "\n")
     else:
-        print_hosts(console, result.hosts, result.invalid)
+        print_hosts(console, result.hosts, result.invalid, runnable(result.hosts, read.waiting))
         if host_queues:
             print_host_queues(console, host_queues, after_ms, now_ms)
 

@@ -12,10 +12,12 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from pi_dispatch.core.errors import PiDispatchError
+from pi_dispatch.fleet.backlog import read_backlog
 from pi_dispatch.fleet.hosts import HostQueue
 from pi_dispatch.fleet.mirror import MirroredRuns, merge_runs, read_mirrored_runs
 from pi_dispatch.fleet.registry import LiveHosts, Unreachable, read_live_hosts
 from pi_dispatch.fleet.rehome import read_host_queues
+from pi_dispatch.fleet.steal import Waiting
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL, connect, describe, with_password
 from pi_dispatch.worker.history import read_records_counted
@@ -38,18 +40,28 @@ def read_registry(url: str) -> LiveHosts | Unreachable:
     return asyncio.run(with_client(url, read_live_hosts))  # type: ignore[no-any-return]
 
 
-async def _fleet(client: Any) -> tuple[LiveHosts | Unreachable, list[HostQueue]]:
+@dataclass(frozen=True)
+class FleetRead:
+    """The registry; each named host's queue with since when its host is silent; the oldest jobs waiting on
+    every queue (`fleet/backlog.py`). The last two are empty when the store could not give them."""
+
+    live: LiveHosts | Unreachable
+    host_queues: list[HostQueue]
+    waiting: list[Waiting]
+
+
+async def _fleet(client: Any) -> FleetRead:
     live = await read_live_hosts(client)
     if not isinstance(live, LiveHosts):
-        return live, []
+        return FleetRead(live, [], [])
     try:
-        return live, await read_host_queues(client, live.hosts, wall_ms())
+        host_queues = await read_host_queues(client, live.hosts, wall_ms())
+        return FleetRead(live, host_queues, await read_backlog(client, [queue.queue for queue in host_queues]))
     except (RedisError, OSError, TimeoutError):
-        return live, []
+        return FleetRead(live, [], [])
 
 
-def read_fleet(url: str) -> tuple[LiveHosts | Unreachable, list[HostQueue]]:
-    """The registry, and each named host's queue with since when its host is silent (empty when unreadable)."""
+def read_fleet(url: str) -> FleetRead:
     return asyncio.run(with_client(url, _fleet))  # type: ignore[no-any-return]
 
 

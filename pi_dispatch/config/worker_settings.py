@@ -236,6 +236,22 @@ class WorkerSettings(DeclaredSettings):
         f"How long a named host may be silent (no live registry row) before live workers move the jobs on its "
         f"queue to the live fleet; raised to at least {REHOME_FLOOR_MS}. Longer than a restart takes.",
     )
+    steal: Flag = setting(
+        "PI_STEAL",
+        True,
+        "1: with a free slot and nothing on its own or the shared queue, this host takes the oldest job waiting "
+        "on a live peer's own queue that it can run (work stealing; a named host only). 0: it never does.",
+        "1 to steal work from busy peers, 0 not to; true or false in the inventory",
+    )
+    steal_after_ms: WholeMs = setting(
+        "PI_STEAL_AFTER_MS",
+        3_000,
+        "How long a job must have waited on a peer's queue before this host steals it, so a peer about to free "
+        "a slot keeps its job.",
+        f"{MS} from 0 to 3600000",
+        ge=0,
+        le=3_600_000,
+    )
     secret_resolve_timeout_ms: WholeMs = unbounded(
         "PI_SECRET_RESOLVE_TIMEOUT_MS", 10_000, "Per-reference secret resolver timeout."
     )
@@ -346,6 +362,12 @@ def rehome_after_ms(declared: object) -> int:
     value = declared if isinstance(declared, int) and not isinstance(declared, bool) else None
     default = WorkerSettings.model_fields["rehome_after_ms"].default
     return max(REHOME_FLOOR_MS, value if value is not None else int(default))
+
+
+def steal_after_ms(declared: object) -> int:
+    """The stealing delay a host runs with, from what its inventory declares (the default when nothing)."""
+    value = declared if isinstance(declared, int) and not isinstance(declared, bool) else None
+    return value if value is not None else int(WorkerSettings.model_fields["steal_after_ms"].default)
 
 
 def password_text(settings: WorkerSettings) -> str | None:

@@ -114,12 +114,15 @@ def _print_history(console: Console, history: Sequence[Mapping[str, Any]]) -> No
         console.print("  no attempt recorded yet")
         return
     table = Table(title="attempts")
-    for column in ("#", "host", "started", "ended", "outcome", "reason", "exit"):
+    for column in ("#", "host", "queue", "started", "ended", "outcome", "reason", "exit"):
         table.add_column(column)
     for number, record in enumerate(history, start=1):
+        routed = record.get("routedTo")
+        queue = f"{plain(record.get('queue'))} (stolen from {plain(routed)})" if routed else record.get("queue")
         table.add_row(
             str(number),
             visible(record.get("host")),
+            visible(queue or "-"),
             visible(record.get("startedAt")),
             visible(record.get("endedAt")),
             visible(record.get("outcome")),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -12,6 +13,7 @@ from pi_dispatch.audit.placement import SEVERITIES, Report
 from pi_dispatch.console.terminal import plain, visible
 from pi_dispatch.core.capabilities import is_draining
 from pi_dispatch.core.jscompat import iso_string
+from pi_dispatch.fleet.backlog import shown_count
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
 from pi_dispatch.fleet.mirror import hosts_in
 from pi_dispatch.fleet.registry import InvalidRow
@@ -50,11 +52,16 @@ def print_report(console: Console, report: Report) -> None:
     )
 
 
-def print_hosts(console: Console, hosts: list[dict[str, object]], invalid: list[InvalidRow] | None = None) -> None:
-    """The registry as every router reads it: the routes flag and the capability tokens a peer honours; and the
-    rows nobody routes to, with why."""
+def print_hosts(
+    console: Console,
+    hosts: list[dict[str, object]],
+    invalid: list[InvalidRow] | None = None,
+    could_run: Mapping[str, int] | None = None,
+) -> None:
+    """The registry as every router reads it: the routes flag and the capability tokens a peer honours, the free
+    slots and how many waiting jobs each host could run (`fleet/backlog.py`); and the rows nobody routes to."""
     table = Table(title=f"Live registry ({len(hosts)} hosts)")
-    for column in ("name", "routes", "caps", "stale", "version", "tz", "concurrency"):
+    for column in ("name", "routes", "caps", "stale", "version", "tz", "concurrency", "free", "could run"):
         table.add_column(column)
     for host in hosts:
         stale = host.get("staleMs")
@@ -64,7 +71,8 @@ def print_hosts(console: Console, hosts: list[dict[str, object]], invalid: list[
             visible(f"{seen.routes} (draining)" if is_draining(host) else seen.routes),
             visible(seen.caps or "-"),
             visible(f"{int(stale) / 1000:.0f} s" if isinstance(stale, int) else "undatable"),
-            *(visible(host.get(field, "")) for field in ("version", "tz", "concurrency")),
+            *(visible(host.get(field, "")) for field in ("version", "tz", "concurrency", "slotsFree")),
+            visible(shown_count((could_run or {}).get(seen.name))),
         )
     console.print(table)
     if invalid:

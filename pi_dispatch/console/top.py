@@ -2,7 +2,8 @@
 
 A frame costs a few bounded round trips whatever the store holds: the registry (SMEMBERS and one pipelined
 HGETALL per host), five counters and the oldest waiting job per queue (LLEN, ZCARD, LINDEX, HGET), the re-home
-clock of each host queue (GET), and the newest mirrored runs (ZREVRANGEBYSCORE with a LIMIT, then MGET). The
+clock of each host queue (GET), the oldest jobs waiting on every queue (two pipelines: how many each host could
+run, beside its used/total slots), and the newest mirrored runs (ZREVRANGEBYSCORE with a LIMIT, then MGET). The
 host queues shown are those of the registry's routable hosts and any seen before; queues of hosts gone from the
 registry are found by a SCAN of queue meta keys at start and then at most once a minute. An unreachable store
 gives a frame that says so, and the next frame tries again.
@@ -29,6 +30,7 @@ from pi_dispatch.console.terminal import plain, visible
 from pi_dispatch.core.capabilities import is_draining, is_live, is_stuck
 from pi_dispatch.core.jscompat import finite, iso_string, js_number
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
+from pi_dispatch.fleet.backlog import read_backlog, runnable, shown_count
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
 from pi_dispatch.fleet.liveness import not_draining
 from pi_dispatch.fleet.mirror import read_mirrored_runs
@@ -58,6 +60,7 @@ class Frame:
     queues: list[HostQueue] = field(default_factory=list)  # the shared queue first, then each host's
     runs: list[Any] = field(default_factory=list)
     mirror: str = "off"
+    could_run: dict[str, int] = field(default_factory=dict)  # by host: the waiting jobs it could run
 
 
 @dataclass
@@ -82,10 +85,14 @@ class FrameReader:
             shared = await queue_counts(self.client, SHARED_QUEUE)
             queues = [HostQueue(SHARED_QUEUE, "", shared, None, await oldest_waiting_ms(self.client, SHARED_QUEUE))]
             queues += await read_host_queues(self.client, live.hosts, now_ms, names=sorted(self.known))
+            waiting = await read_backlog(self.client, sorted(self.known))
         except Exception as error:  # the store went away between two reads
             return Frame(now_ms, self.store, unreachable=describe(error))
         mirrored = await read_mirrored_runs(self.client, limit=LATEST_RUNS)
-        return Frame(now_ms, self.store, None, live.hosts, live.invalid, queues, mirrored.runs, mirrored.degraded)
+        could = runnable(live.hosts, waiting)
+        return Frame(
+            now_ms, self.store, None, live.hosts, live.invalid, queues, mirrored.runs, mirrored.degraded, could
+        )
 
     async def _discover(self) -> None:
         if self.discovered_at is not None and time.monotonic() - self.discovered_at < DISCOVER_S:
@@ -122,7 +129,7 @@ def _routable(row: Mapping[str, object]) -> Text:
 
 def hosts_table(frame: Frame) -> Table:
     table = Table(title=f"Hosts ({len(frame.hosts)})", expand=True)
-    for column in ("host", "routable", "caps", "beat", "up since", "slots", "last poll", ""):
+    for column in ("host", "routable", "caps", "beat", "up since", "slots", "could run", "last poll", ""):
         table.add_column(column, overflow="fold")
     for row in frame.hosts:
         stale = row.get("staleMs")
@@ -135,6 +142,7 @@ def hosts_table(frame: Frame) -> Table:
             visible(beat),
             visible(_ago(frame.at_ms, row.get("startedAt"))),
             visible(_slots(row)),
+            visible(shown_count(frame.could_run.get(str(row.get("name"))))),
             visible(_ago(frame.at_ms, row.get("polledAt"))),
             Text("NOT DRAINING", style="bold red") if draining is not None else Text(""),
         )

@@ -17,6 +17,8 @@ WAIT_CHECK_LEASE_PREFIX: Final = "wait:check:"
 # named host has been seen without a live row.
 REHOME_LEASE: Final = "rehome:lease"
 REHOME_SINCE_PREFIX: Final = "rehome:since:"
+# Host queues with jobs waiting, scored by when their host first saw the backlog: where idle peers steal from.
+STEAL_OFFERS: Final = "steal:offers"
 # This port's own job history and control, keyed by a job's record stem (`names.record_stem`): every attempt's
 # record, each attempt's masked output, a job's cancel and a host's drain (facts, so a restart keeps them), and
 # the channel that tells the workers of a new fact at once.

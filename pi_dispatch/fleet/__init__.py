@@ -1,3 +1,3 @@
-"""What the fleet shares in the store: hosts and their heartbeat rows, the registry, the run mirror, re-homing, routed
-enqueue, the inventory, liveness.
+"""What the fleet shares in the store: hosts and their heartbeat rows, the registry, the run mirror, re-homing, work
+stealing and the atomic job move both use, routed enqueue, the inventory, liveness, the backlog each host could run.
 """

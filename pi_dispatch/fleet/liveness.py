@@ -70,16 +70,18 @@ def progress_facts(
     running: Mapping[str, int],
     concurrency: int,
     stuck: bool,
+    held: int | None = None,
 ) -> dict[str, str]:
     """The row's progress fields: when a consumer last polled and took a job, the jobs running (id and start, at
-    most 32 listed, the rest counted), the free slots, and whether the consumer is stuck."""
+    most 32 listed, the rest counted), the free slots (less the jobs `held`: taken and not yet ended, gates
+    included; the running ones when not given), and whether the consumer is stuck."""
     listed = [{"id": row_job_id(job_id), "p": None, "at": at} for job_id, at in list(running.items())[:ROW_JOBS_MAX]]
     return {
         "polledAt": str(max((consumer.polled_at_ms for consumer in consumers), default=0) or ""),
         "tookAt": str(max((consumer.took_at_ms for consumer in consumers), default=0) or ""),
         "jobs": json.dumps(listed, separators=(",", ":")),
         "jobsMore": str(max(0, len(running) - ROW_JOBS_MAX)),
-        "slotsFree": str(max(0, concurrency - len(running))),
+        "slotsFree": str(max(0, concurrency - (len(running) if held is None else held))),
         "consumer": CONSUMER_STUCK if stuck else "ok",
     }
 

@@ -6,7 +6,7 @@ stalled-job recovery on `pi-jobs@<host>` (active jobs whose lock expired go back
 waiting, delayed and prioritized job to the queue the router picks now: another capable live host's, or the
 shared queue where routing abstains. A local job (cron: a scheduler's next run) stays: it works in a folder on
 that host, and its scheduler lives on that queue, so it waits for its host. Each move is one Lua script
-(`lua/rehome.lua`), so a job is on exactly one queue whoever dies when; it keeps its id, data, attempts and
+(`fleet/moves.py`), so a job is on exactly one queue whoever dies when; it keeps its id, data, attempts and
 what is left of its delay. A host back within the threshold keeps its queue; one back later finds it empty
 (but for its cron) and works as usual.
 """
@@ -19,7 +19,6 @@ import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.core.capabilities import RouteTable, job_needs
@@ -36,6 +35,7 @@ from pi_dispatch.core.keys import (
     worker_of_queue,
 )
 from pi_dispatch.fleet.hosts import HostQueue, QueueCounts, silent_since
+from pi_dispatch.fleet.moves import ID_TAKEN, JobMover
 from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog, discard
@@ -120,8 +120,10 @@ class Rehomer:
     lock_duration_ms: int
     log: EventLog = discard
     now: Callable[[], int] = wall_ms
-    _script: Any = field(default=None, repr=False)
     _queues: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._mover = JobMover(self.client)
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         interval = min(SWEEP_S, self.after_ms / 4000)
@@ -217,37 +219,13 @@ class Rehomer:
         if target == source:
             return 0
         dedup_id = _text(deduplication) if deduplication is not None else ""
-        keys = [
-            bull_key(source, "wait"),
-            bull_key(source, "delayed"),
-            bull_key(source, "prioritized"),
-            bull_key(source, job_id),
-            bull_key(target, job_id),
-            bull_key(target, "wait"),
-            bull_key(target, "delayed"),
-            bull_key(target, "prioritized"),
-            bull_key(target, "marker"),
-            bull_key(target, "meta"),
-            bull_key(target, "pc"),
-            bull_key(target, "events"),
-            bull_key(source, f"{job_id}:logs"),
-            bull_key(target, f"{job_id}:logs"),
-            bull_key(source, f"de:{dedup_id}"),
-            bull_key(target, f"de:{dedup_id}"),
-        ]
-        result = await bounded(self._move_script()(keys=keys, args=[job_id, dedup_id]), OP_TIMEOUT_S)
-        if isinstance(result, bytes | str):
-            self.log("job_rehomed", {"jobId": job_id, "from": source, "to": target, "state": _text(result)})
+        result = await self._mover.move(source, target, job_id, dedup_id)
+        if isinstance(result, str):
+            self.log("job_rehomed", {"jobId": job_id, "from": source, "to": target, "state": result})
             return 1
-        if result == -1:
+        if result == ID_TAKEN:
             self.log("job_rehome_blocked", {"jobId": job_id, "from": source, "to": target, "reason": "id-taken"})
         return 0
-
-    def _move_script(self) -> Any:
-        if self._script is None:
-            text = resources.files("pi_dispatch").joinpath("lua", "rehome.lua").read_text(encoding="utf-8")
-            self._script = self.client.register_script(text)
-        return self._script
 
     async def close(self) -> None:
         for queue in self._queues.values():

@@ -14,17 +14,29 @@
   KEYS[15] source dedup key                 KEYS[16] destination dedup key
   ARGV[1]  job id
   ARGV[2]  the job's dedup id as read before the call ("" when none)
+  ARGV[3]  "steal" for a steal (a peer with a free slot takes a waiting job); "" for re-homing and drains
+  ARGV[4]  for a steal: the source queue's name, kept on the job as the queue it was routed to
+  A steal takes only a waiting or prioritized job (a delayed one is held by its own host's wait gate), and only
+  once per wait: the job keeps `pdStolen` (its `ats`, BullMQ's count of times it was taken) and `pdRouted` (the
+  first queue it was stolen from), so it cannot move again until it has been taken.
   Returns: "wait", "delayed" or "prioritized" (moved); -1 the id is taken on the destination; -2 the job is gone;
-  -3 the job is not waiting, delayed or prioritized there (active, finished, or moved already).
+  -3 the job is not waiting, delayed or prioritized there (active, finished, or moved already); -4 a steal of a
+  job that was stolen already in this wait.
 ]]
 local rcall = redis.call
 local jobId = ARGV[1]
 if rcall("EXISTS", KEYS[5]) == 1 then return -1 end
 if rcall("EXISTS", KEYS[4]) == 0 then return -2 end
 
+local stealing = ARGV[3] == "steal"
+local taken = rcall("HGET", KEYS[4], "ats") or "0"
+if stealing and rcall("HGET", KEYS[4], "pdStolen") == taken then return -4 end
+
 local state
 local score = rcall("ZSCORE", KEYS[2], jobId)
-if score then
+if score and stealing then
+  return -3
+elseif score then
   state = "delayed"
   rcall("ZREM", KEYS[2], jobId)
 elseif rcall("LREM", KEYS[1], 0, jobId) > 0 then
@@ -37,6 +49,10 @@ else
 end
 
 rcall("RENAME", KEYS[4], KEYS[5])
+if stealing then
+  rcall("HSET", KEYS[5], "pdStolen", taken)
+  rcall("HSETNX", KEYS[5], "pdRouted", ARGV[4]) -- the router's choice, whatever moved the job since
+end
 if rcall("EXISTS", KEYS[13]) == 1 then rcall("RENAME", KEYS[13], KEYS[14]) end
 local deduplication = rcall("HGET", KEYS[5], "deid")
 if deduplication and deduplication == ARGV[2] and rcall("GET", KEYS[15]) == jobId

@@ -96,3 +96,21 @@ class PrivateDocker:
         self.stop()
         subprocess.run(["umount", "-l", str(self.root / "data")], capture_output=True, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def worker_process_env(root: Path, url: str, image: str, name: str, **extra: str) -> dict[str, str]:
+    """A `pi-dispatch worker` child's whole environment: its folders under root/<name>, small job limits; extra
+    wins."""
+    folder = root / name
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(root),
+        "VALKEY_URL": url,
+        "PI_WORKER_NAME": name,
+        "PI_LOGS_DIR": str(folder / "logs"),
+        "PI_JOBS_DIR": str(folder / "jobs"),
+        "PI_JOB_IMAGE": image,
+        "PI_JOB_MEMORY_MB": "64",
+        "PI_JOB_CPUS": "0.5",
+        **extra,
+    }

@@ -1,11 +1,12 @@
-"""One attempt at one job: the pre-spend gates, a machine slot, the container under a lock fence, the record.
+"""One attempt at one job: the pre-spend gates, the container under a lock fence, the record.
 
-The gates run in the reference's order (an undeclared secret profile, then the wait gate, then a machine slot,
-then secret resolution). Refusals are returned, never retried; infra failures are raised so BullMQ retries
-them; a held job goes back as a delayed job that spends no attempt. While the container runs, a `LockFence`
-proves the job's BullMQ lock: a worker that can no longer prove it kills the container before the lock can
-expire, records the attempt as `lock-lost` and never reports it completed. Every attempt leaves a record file,
-then (for a declared name, not awaited) its fleet mirror.
+The job's machine slot was taken with the job (`pickup.py`). The gates run in the reference's order (an
+undeclared secret profile, then the wait gate, then secret resolution). Refusals are returned, never retried;
+infra failures are raised so BullMQ retries them; a held job goes back as a delayed job that spends no attempt.
+While the container runs, a `LockFence` proves the job's BullMQ lock: a worker that can no longer prove it kills
+the container before the lock can expire, records the attempt as `lock-lost` and never reports it completed.
+Every attempt leaves a record file (saying which queue it took the job from, and for a stolen job the queue it
+was routed to), then (for a declared name, not awaited) its fleet mirror.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import asyncio
 import contextlib
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.config.worker_settings import WorkerSettings
+from pi_dispatch.core.capabilities import capability_tokens, job_needs
 from pi_dispatch.core.jobbounds import job_refusal
 from pi_dispatch.core.jobs import QueuedJob
 from pi_dispatch.core.jscompat import iso_string
@@ -59,9 +61,15 @@ def attempts_made(job: QueuedJob) -> int:
     return job.attemptsMade if isinstance(job.attemptsMade, int) else 0
 
 
+def queue_of(job: Any) -> str:
+    """The queue a job was taken from (BullMQ keeps its Worker on the job; the Worker is named after its queue)."""
+    name = getattr(getattr(job, "queue", None), "name", None)
+    return name if isinstance(name, str) else ""
+
+
 @dataclass
 class Attempts:
-    """Runs attempts for one worker. `draining` puts jobs still waiting for a slot back; `abort_all` stops
+    """Runs attempts for one worker. `draining` puts back a job still at its gates; `abort_all` stops
     running containers with the drain's grace."""
 
     settings: WorkerSettings
@@ -71,7 +79,6 @@ class Attempts:
     wait_gate: WaitGate
     now: Callable[[], int]
     log: EventLog
-    slots: asyncio.Semaphore = field(init=False)
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     aborting: asyncio.Event = field(default_factory=asyncio.Event)
     running: dict[str, StopRequest] = field(default_factory=dict)  # job id -> its container's stop, while it runs
@@ -85,7 +92,7 @@ class Attempts:
     def __post_init__(self) -> None:
         settings = self.settings
         self.name = settings.worker_name
-        self.slots = asyncio.Semaphore(settings.concurrency)
+        self.capabilities = frozenset(capability_tokens(settings.secret_profiles, settings.wait_profiles))
         self.secrets = SecretsGate(
             settings.secret_profiles, timeout_s=settings.secret_resolve_timeout_ms / 1000, reserved=RESERVED_NAMES
         )
@@ -137,6 +144,19 @@ class Attempts:
         )
         return result
 
+    def failed_unread(self, job: Any, reason: Reason) -> None:
+        """A job failed unread (its stored data cannot be parsed) still gets a record."""
+        self.record(job, {}, self.now(), None, {"reason": reason})
+        self.log("job_unreadable", {"jobId": str(job.id), "queue": queue_of(job), "reason": reason})
+
+    def failed_unrun(self, job: Any, error: Any, *_: Any) -> None:
+        """A job BullMQ failed without running it (it stalled more than MAX_STALLS times) still gets a record."""
+        if getattr(job, "deferredFailure", None):
+            data = job.data if isinstance(job.data, dict) else {}
+            self.record(job, data, self.now(), None, {"reason": Reason.JOB_STALLED})
+            fields = {"jobId": str(job.id), "queue": queue_of(job), "reason": Reason.JOB_STALLED}
+            self.log("job_failed", {**fields, "attempt": attempts_made(job)})
+
     def record(
         self,
         job: QueuedJob,
@@ -160,6 +180,8 @@ class Attempts:
         except Exception as failure:  # a bug in the face of hostile data; the run still gets its record
             self.log("run_record_degraded", {"jobId": facts["job_id"], "error": type(failure).__name__})
             record = build_record(data={}, result=None, error={"reason": Reason.INFRA}, **facts)
+        record["queue"] = queue_of(job) or None  # where this attempt took the job
+        record["routedTo"] = getattr(job, "routed_to", None)  # where the router had put it, when it was stolen
         self.recorder.record(record)
         if self.one_shots is not None:  # after the record: a crash between leaves it armed with a record, never
             self.one_shots.spend(facts["job_id"], data, self.now())  # spent without one
@@ -178,14 +200,14 @@ class Attempts:
                 refused = await self.wait_gate.admit(job, token, data)
             if refused:
                 return self._refused(job, refused)
-        async with self._slot():
-            await self._unless_cancelled(str(job.id))
-            with self.metrics.timed_gate("resolver"):
-                secrets = await self.secrets.resolve(data)
-            if isinstance(secrets, Refusal):
-                return self._refused(job, secrets)
-            fence = LockFence(self.client, queue, str(job.id), token, self.settings.lock_duration_ms)
-            return await self._run_container(job, image, data, secrets, fence)
+        self._unless_draining()  # the job's slot was taken with it (`pickup.py`)
+        await self._unless_cancelled(str(job.id))
+        with self.metrics.timed_gate("resolver"):
+            secrets = await self.secrets.resolve(data)
+        if isinstance(secrets, Refusal):
+            return self._refused(job, secrets)
+        fence = LockFence(self.client, queue, str(job.id), token, self.settings.lock_duration_ms)
+        return await self._run_container(job, image, data, secrets, fence)
 
     def _refused(self, job: QueuedJob, refusal: Refusal) -> dict[str, object]:
         fields: dict[str, object] = {"jobId": str(job.id), "reason": refusal.reason}
@@ -194,22 +216,21 @@ class Attempts:
         self.log("job_refused", fields)
         return refusal.result()
 
-    @contextlib.asynccontextmanager
-    async def _slot(self) -> AsyncIterator[None]:
-        """One of the machine's PI_CONCURRENCY slots, shared by both queues; a drain puts a waiting job back."""
-        acquiring = asyncio.ensure_future(self.slots.acquire())
-        draining = asyncio.ensure_future(self.draining.wait())
-        await asyncio.wait({acquiring, draining}, return_when=asyncio.FIRST_COMPLETED)
-        draining.cancel()
-        if not acquiring.done() or self.draining.is_set():
-            acquiring.cancel()
-            if acquiring.done() and not acquiring.cancelled():
-                self.slots.release()
+    def _unless_draining(self) -> None:
+        """A drain that began while the job was at its gates puts it back before it spends anything more."""
+        if self.draining.is_set():
             raise PutBack
+
+    def refuses(self, data: object) -> bool:
+        """Whether this host would refuse the job before spending anything: what a steal never takes."""
+        if not isinstance(data, Mapping) or job_refusal(data) or self.secrets.refusal(data):
+            return True
+        if not self.capabilities.issuperset(job_needs(data)):
+            return True
         try:
-            yield
-        finally:
-            self.slots.release()
+            return isinstance(self._image(data), Refusal)
+        except JobFailure:
+            return True
 
     def _image(self, data: Mapping[str, Any]) -> str | Refusal:
         """The job's image: its own when this host allows it, the host's when it names none. An image the host

@@ -15,6 +15,7 @@ from typing import Any
 from bullmq import Job, UnrecoverableError, Worker
 
 from pi_dispatch.core.reasons import Reason
+from pi_dispatch.fleet.steal import routed_to
 
 Unreadable = Callable[[Any, Reason], None]
 
@@ -68,13 +69,16 @@ class GuardedConsumer(Worker):  # type: ignore[misc]  # bullmq is untyped
         token: str | None = None,
     ) -> Any:
         try:
-            return await super().nextJobFromJobData(job_data, job_id, limit_until, delay_until, token)
+            job = await super().nextJobFromJobData(job_data, job_id, limit_until, delay_until, token)
         except (RecursionError, ValueError, TypeError) as error:
             if not job_data or not job_id or token is None:
                 raise
             reason = Reason.JOB_TOO_DEEP if isinstance(error, RecursionError) else Reason.JOB_UNREADABLE
             await self._fail_unread(job_data, job_id, token, reason)
             return None
+        if job is not None:
+            job.routed_to = routed_to(job_data)  # set when the job was stolen: where the router had put it
+        return job
 
     async def _fail_unread(self, job_data: dict[str, Any], job_id: str, token: str, reason: Reason) -> None:
         name = job_data.get("name")
@@ -84,3 +88,13 @@ class GuardedConsumer(Worker):  # type: ignore[misc]  # bullmq is untyped
         job.opts["stackTraceLimit"] = 0
         await job.moveToFailed(UnrecoverableError(f"{reason}: the job's stored data cannot be read"), token)
         self.on_unreadable(job, reason)
+
+    async def wait_for_markers(self, markers: list[str], timeout_s: float) -> Any:
+        """One blocking pop on several queues' wake-up markers (this consumer's blocking connection), timed
+        for liveness as BullMQ's own wait is."""
+        self.blocked_since = time.monotonic()
+        try:
+            return await self.backend.bclient.bzpopmin(markers, timeout_s)
+        finally:
+            self.blocked_since = None
+            self._polled()

@@ -114,7 +114,7 @@ class Control:
         fresh, earlier = not self.draining, self.drain
         self.drain = drain
         if fresh:
-            self.attempts.draining.set()  # a job waiting for a slot goes back to its queue
+            self.attempts.draining.set()  # a job still at its gates goes back to its queue
             for consumer in self.consumers():
                 await consumer.pause(do_not_wait_active=True)
             await self.publish()

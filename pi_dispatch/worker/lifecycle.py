@@ -23,15 +23,14 @@ from typing import Any, Final
 from pi_dispatch.config.worker_settings import WorkerSettings, password_text
 from pi_dispatch.core.capabilities import is_live
 from pi_dispatch.core.errors import ExitStatus
-from pi_dispatch.core.jobs import QueuedJob
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
-from pi_dispatch.core.reasons import Reason
 from pi_dispatch.fleet.hosts import FleetHost, heartbeat_row
 from pi_dispatch.fleet.jobhistory import JobHistory
 from pi_dispatch.fleet.liveness import CONSUMER_STUCK_S, IDLE_POLL_S, progress_facts, stuck_consumer
 from pi_dispatch.fleet.mirror import RunMirror, mirror_window_ms
 from pi_dispatch.fleet.registry import HostRegistry, LiveHosts, read_live_hosts
-from pi_dispatch.fleet.rehome import MAX_STALLS, Rehomer
+from pi_dispatch.fleet.rehome import Rehomer
+from pi_dispatch.fleet.steal import Stealer
 from pi_dispatch.infra.clock import host_zone, wall_ms
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.sdnotify import feed_watchdog, notify, watchdog_interval_s
@@ -39,7 +38,7 @@ from pi_dispatch.infra.valkey import bounded, connect, describe, fleet_id, with_
 from pi_dispatch.triggers.file import Trigger
 from pi_dispatch.triggers.schedules import load_cron
 from pi_dispatch.triggers.watch import TriggerWatch
-from pi_dispatch.worker.attempts import Attempts, attempts_made
+from pi_dispatch.worker.attempts import Attempts
 from pi_dispatch.worker.containers import STOP_GRACE_S, ContainerRuntime
 from pi_dispatch.worker.control import Control
 from pi_dispatch.worker.cron import CronSchedules
@@ -79,6 +78,7 @@ class Worker:
         self.name = self.settings.worker_name
         self.queues = [SHARED_QUEUE] + ([host_queue_name(self.name)] if self.settings.worker_name_declared else [])
         self.bullmq_workers: list[Any] = []
+        self.rows: list[dict[str, object]] | None = None  # the live rows the last beat read (for stealing)
 
     @property
     def running(self) -> dict[str, Any]:
@@ -96,11 +96,11 @@ class Worker:
             return await self._end(f"Valkey is unreachable ({describe(error)})")
         connection = with_password(settings.valkey_url, password)
         self._assemble(connection, triggers)
-        await self.registry.start(self._row(digest or ""))
         await self._start_consumers(connection)
+        await self.registry.start(self._row(digest or ""))
         watch = await self._start_cron(boot_text)
         await self.control.boot()  # a host drained before this start stays drained: its consumers start paused
-        runs = [asyncio.ensure_future(bull.run()) for bull in self.bullmq_workers]
+        runs = [asyncio.ensure_future(self.pickup.run())]
         rehomer = self.rehomer
         background = [
             asyncio.ensure_future(self._sweep_forever()),
@@ -232,47 +232,28 @@ class Worker:
         return ExitStatus.FAILURE
 
     async def _start_consumers(self, connection: str) -> None:
-        from pi_dispatch.worker.consumers import GuardedConsumer
+        """One BullMQ Worker per queue (own first for the pickup), driven by one slot-gated pickup."""
+        from pi_dispatch.worker.pickup import Pickup, open_consumers
 
         settings = self.settings
-        options = {
-            "connection": connection,
-            "concurrency": settings.concurrency,
-            "autorun": False,
-            "lockDuration": settings.lock_duration_ms,
-            "stalledInterval": settings.lock_duration_ms,
-            "maxStalledCount": MAX_STALLS,
-            "drainDelay": self.idle_poll_s,
-        }
-        for queue in self.queues:
-            bull = GuardedConsumer(queue, self._processor(queue), dict(options), self._failed_unread)
-            bull.on("error", lambda error, *_: self.log("queue_error", {"reason": type(error).__name__}))
-            bull.on("failed", self._failed_unrun)
-            with contextlib.suppress(Exception):  # delays would otherwise fire on whole seconds
-                await bounded(bull.blockingRedisConnection.getRedisVersion(), 5)
-                await bounded(bull.redisConnection.getRedisVersion(), 5)
-            self.bullmq_workers.append(bull)
-
-    def _processor(self, queue: str) -> Callable[[QueuedJob, str], Any]:
-        async def process(job: QueuedJob, token: str) -> dict[str, object]:
-            return await self.attempts.process(job, token, queue)
-
-        return process
-
-    def _failed_unread(self, job: Any, reason: Reason) -> None:
-        """A job failed unread (its stored data cannot be parsed) still gets a record."""
-        self.attempts.record(job, {}, self.now(), None, {"reason": reason})
-        self.log(
-            "job_unreadable", {"jobId": str(job.id), "queue": str(getattr(job, "queueName", "")), "reason": reason}
+        self.bullmq_workers = await open_consumers(
+            self.queues, connection, settings=settings, attempts=self.attempts, log=self.log, poll_s=self.idle_poll_s
         )
-
-    def _failed_unrun(self, job: Any, error: Any, *_: Any) -> None:
-        """A job BullMQ failed without running it (it stalled more than MAX_STALLS times) still gets a record."""
-        if getattr(job, "deferredFailure", None):
-            data = job.data if isinstance(job.data, dict) else {}
-            self.attempts.record(job, data, self.now(), None, {"reason": Reason.JOB_STALLED})
-            fields = {"jobId": str(job.id), "queue": str(getattr(job, "queueName", "")), "reason": Reason.JOB_STALLED}
-            self.log("job_failed", {**fields, "attempt": attempts_made(job)})
+        stealer = None
+        if settings.worker_name_declared:
+            stealer = Stealer(
+                self.client,
+                self.name,
+                settings.steal_after_ms,
+                self.attempts.capabilities,
+                self.attempts.refuses,
+                self.now,
+                lambda: self.rows,
+            )
+        own_first = list(reversed(self.bullmq_workers))
+        self.pickup = Pickup(
+            own_first, settings.concurrency, self.idle_poll_s, stealer, settings.steal, self.log, self.metrics
+        )
 
     async def _health(self) -> str:
         """Returns why the worker cannot go on: Docker gone with no job to wait for, or the store gone too long."""
@@ -306,8 +287,12 @@ class Worker:
                 await self.metrics.measure(self.client, self.queues, self.registry.last_beat_ms, last_poll_ms)
             await self.control.beat()
             await self.cron.retry()
+            if self.pickup.stealer is not None:
+                with contextlib.suppress(Exception):  # an outage offers nothing; the next beat says it again
+                    await self.pickup.stealer.offer()
             live = await read_live_hosts(self.client)
             if isinstance(live, LiveHosts):
+                self.rows = live.hosts
                 alive = {str(host["name"]) for host in live.hosts if is_live(host)}
                 if removed := await self.runtime.sweep_orphans(alive):
                     self.log("orphans_removed", {"count": removed})
@@ -353,7 +338,8 @@ class Worker:
     def _live_facts(self) -> dict[str, str]:
         """The row's facts read for every beat: progress (`fleet/liveness.py`) and cron (`fpCron`, `cronCount`)."""
         concurrency = self.settings.concurrency
-        progress = progress_facts(self.bullmq_workers, self.attempts.running_since, concurrency, self.stuck)
+        held = len(self.pickup.held)
+        progress = progress_facts(self.bullmq_workers, self.attempts.running_since, concurrency, self.stuck, held)
         return progress | dict(self.cron.row_facts()) | self.control.row_facts()
 
     async def _move_own_queue(self) -> int:

@@ -80,6 +80,14 @@ class WorkerMetrics:
         self.mirror_failures = Counter(
             "pi_dispatch_mirror_failures", "Run records the fleet mirror did not take.", registry=registry
         )
+        self.steals = Counter(
+            "pi_dispatch_steals", "Jobs this host took from a busy peer's own queue (work stealing).", registry=registry
+        )
+        self.idle_capable = Counter(
+            "pi_dispatch_idle_capable_slot_seconds",
+            "Free slot-seconds of this host while a job it could run waited on a peer's queue.",
+            registry=registry,
+        )
         self.gate_duration = Histogram(
             "pi_dispatch_gate_duration_seconds",
             "Pre-spend gates: secret resolution and wait checks.",
@@ -101,6 +109,8 @@ class WorkerMetrics:
                 self.jobs.labels(*labels).inc()
             elif event == "run_mirror_failed":
                 self.mirror_failures.inc()
+            elif event == "job_stolen":
+                self.steals.inc()
 
         return counted
 
@@ -119,6 +129,10 @@ class WorkerMetrics:
         """A container's run, under the outcome label `pi_dispatch_jobs_total` counts it by."""
         if self.enabled:
             self.duration.labels(DONE_OUTCOMES.get(outcome, outcome)).observe(seconds)
+
+    def idled(self, slot_seconds: float) -> None:
+        if self.enabled:
+            self.idle_capable.inc(slot_seconds)
 
     def live(self, running: Callable[[], int], slots: int, draining: Callable[[], bool]) -> None:
         """Gauges read when scraped: the containers running now, the slots, and whether the host is drained."""

@@ -19,8 +19,11 @@ from pi_dispatch.core.capabilities import capability_tokens, serialize_caps
 from pi_dispatch.core.jscompat import iso_string
 from pi_dispatch.fleet.hosts import HostQueue, QueueCounts
 from pi_dispatch.fleet.registry import HostRegistry, LiveHosts, read_live_hosts
+from pi_dispatch.fleet.steal import Waiting
+from pi_dispatch.testing.jobs import forge_job
 from pi_dispatch.triggers.file import Trigger
 from tests.support.helpers import run_cli, run_cli_process
+from tests.support.workers import open_queues
 
 DATA = Path(__file__).parent.parent / "data"
 INVENTORY = DATA / "inventory"
@@ -185,6 +188,26 @@ def test_a_host_an_operator_drains_is_said_to_drain_not_flagged_as_stuck() -> No
     assert "pi-dispatch resume mini1" in found[0].fix
 
 
+def test_a_capable_host_idle_while_routed_work_waits_past_its_stealing_delay_is_a_finding() -> None:
+    now = 10_000_000
+    waiting = [Waiting("pi-jobs@mini1", "deploy-7", {"secretsProfile": "prod"}, now - 60_000, False, False, "")]
+    idle = row("mini2", "s:prod,w:ci", slotsFree="2", beatAt=str(now))
+    rows = [row("mini1", "s:prod,w:ci", slotsFree="0", beatAt=str(now)), idle]
+    report = audit(FLEET[:2], [], live_rows=rows, live_state="ok", waiting=waiting, now_ms=now)
+    [finding] = [f for f in report.findings if f.code == "capable-slot-idle"]
+    assert finding.hosts == ("mini2",) and finding.severity == "warning"
+    assert "deploy-7" in finding.message and "pi-jobs@mini1" in finding.message and "2 slots free" in finding.message
+    # not when it had no free slot, nor before its stealing delay and a beat had passed, nor for a host that
+    # cannot serve the job
+    for quiet in (
+        [{**idle, "slotsFree": "0"}],
+        [{**idle, "beatAt": str(now - 50_000)}],
+        [row("mini2", "w:ci", slotsFree="2", beatAt=str(now))],
+    ):
+        report = audit(FLEET[:2], [], live_rows=[rows[0], *quiet], live_state="ok", waiting=waiting, now_ms=now)
+        assert "capable-slot-idle" not in codes(report)
+
+
 def test_every_finding_code_has_a_fixture() -> None:
     source = Path(__file__).read_text() + (Path(__file__).parent / "test_cron.py").read_text()
     assert [code for code in CODES if f'"{code}"' not in source] == []
@@ -347,8 +370,16 @@ async def test_hosts_route_and_runs_commands(valkey_url: str, client: aioredis.R
     await mini1.start({"routes": "true", "caps": "s:prod", "version": "0.1.0", "tz": "UTC"})
     mini2 = HostRegistry(client, "mini2")
     await mini2.start({"routes": "true", "caps": "", "version": "0.1.0", "tz": "UTC"})
+    async with open_queues(valkey_url, ["pi-jobs", "pi-jobs@mini1"]) as queues:
+        await queues["pi-jobs"].add("github", forge_job(1), {"jobId": "plain"})
+        for number in (2, 3):
+            await queues["pi-jobs@mini1"].add(
+                "github", forge_job(number, secretsProfile="prod"), {"jobId": f"p{number}"}
+            )
     listed = await asyncio.to_thread(run_cli, "hosts", "--valkey-url", valkey_url, "--json")
-    assert [h["name"] for h in json.loads(listed.stdout)] == ["mini1", "mini2"]
+    assert [(h["name"], h["couldRun"]) for h in json.loads(listed.stdout)] == [("mini1", 3), ("mini2", 1)]
+    table = await asyncio.to_thread(run_cli, "hosts", "--valkey-url", valkey_url)
+    assert "could run" in table.stdout and "pi-jobs@mini1" in table.stdout
     job = tmp_path / "job.json"
     job.write_text(json.dumps({"trigger": {"deliveryId": "d-1"}, "secretsProfile": "prod"}))
     routed = await asyncio.to_thread(run_cli, "route", "--job", str(job), "--valkey-url", valkey_url)

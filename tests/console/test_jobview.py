@@ -72,3 +72,13 @@ def test_hostile_text_in_a_record_is_shown_as_text() -> None:
     history = [{"host": "\x1b[2Jmini1", "outcome": "[red]failed[/red]", "reason": "x"}]
     text = shown(job_facts("gh-d-1", None, history, [], start=None, current=2))
     assert "\x1b" not in text and "\\x1b[2Jmini1" in text and "[red]failed[/red]" in text
+
+
+def test_each_attempt_says_which_queue_it_took_the_job_from_and_where_a_stolen_job_was_routed() -> None:
+    history = [
+        {"host": "mini1", "queue": "pi-jobs@mini1", "routedTo": None, "outcome": "failed"},
+        {"host": "mini2", "queue": "pi-jobs@mini2", "routedTo": "pi-jobs@mini1", "outcome": "completed"},
+    ]
+    lines = shown(job_facts("gh-d-1", None, history, [], start=None, current=3)).splitlines()
+    assert any("mini2" in line and "pi-jobs@mini2 (stolen from pi-jobs@mini1)" in line for line in lines), lines
+    assert any("mini1" in line and "pi-jobs@mini1" in line and "stolen" not in line for line in lines), lines

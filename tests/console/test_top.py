@@ -108,6 +108,8 @@ async def test_top_once_renders_the_live_example_fleet(valkey_url: str) -> None:
     assert "yes" in lines["mini1"] and "s:prod,w:ci,w:nightly" in lines["mini1"]
     assert "NOT DRAINING" in lines["mini2"] and "no: stuck" in lines["mini2"]
     assert "shared only" in lines["mini3"]  # no declared name: it drains the shared queue only
+    could_run = {host: lines[host].split("│")[7].strip() for host in ("mini1", "mini3")}
+    assert could_run == {"mini1": "5", "mini3": "3"}  # its own queue's and the shared ones; a nameless host's shared
     assert lines["pi-jobs"].split("│")[2].strip() == "3" and lines["pi-jobs@mini1"].split("│")[2].strip() == "2"
     assert "gh-done" in answered.stdout and "completed" in lines["2026-11-30T10:00:00.000Z"]
 

@@ -1,0 +1,265 @@
+"""Slot-gated pickup: this host takes a job only when it can start it, and takes work a peer cannot start.
+
+One loop per worker drives BullMQ's own Workers (one per queue; each keeps its jobs' locks, its stalled-job check,
+pause and close) by manual fetching: it takes a machine slot first, then asks its own queue (work only it, or few,
+can run), then the shared one, then its peers' (`fleet/steal.py`), with BullMQ's own `moveToActive`. With nothing
+to take it waits on both queues' wake-up markers in one blocking pop, so a consumer never sleeps on a marker while
+it has no slot; a marker it woke on but could not act on (its slots filled first) is put back for the next host.
+
+A job counts against the slots from the moment it is taken until its attempt ends, its gates included (a wait
+check, secret resolution); a job its wait gate holds goes back to the delayed set and frees its slot at once, so a
+held job never holds a slot. `held` is what the row's `slotsFree` and the metrics count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from bullmq.timer import Timer
+
+from pi_dispatch.config.worker_settings import WorkerSettings
+from pi_dispatch.core.jobs import QueuedJob
+from pi_dispatch.fleet.rehome import MAX_STALLS
+from pi_dispatch.infra.events import EventLog, discard
+from pi_dispatch.infra.valkey import bounded
+from pi_dispatch.worker.consumers import GuardedConsumer
+from pi_dispatch.worker.metrics import WorkerMetrics
+
+if TYPE_CHECKING:
+    from pi_dispatch.fleet.steal import Stealer, Waiting
+    from pi_dispatch.worker.attempts import Attempts
+
+BLOCK_CEILING_S: Final = 10.0  # BullMQ's own ceiling on one blocking pop
+BLOCK_FLOOR_S: Final = 0.001
+RETRY_FIRST_S: Final = 0.25  # after a store error; doubled up to the idle poll
+Marker = tuple[bytes, bytes, float]  # (key, member, score) as BZPOPMIN answers
+
+
+@dataclass
+class Pickup:
+    """Takes jobs for one worker. `consumers` are its BullMQ Workers, its own queue's first."""
+
+    consumers: Sequence[GuardedConsumer]
+    concurrency: int
+    idle_poll_s: float
+    stealer: Stealer | None = None
+    steal: bool = True  # False: look at peers' backlogs (for the metrics) but never move a job
+    log: EventLog = discard
+    metrics: WorkerMetrics = field(default_factory=lambda: WorkerMetrics(enabled=False))
+    held: dict[str, str] = field(default_factory=dict)  # job id -> the queue it was taken from
+    idle_counted_s: float = 0.0  # free slot-seconds while a job this host could run waited on a peer
+    steals: int = 0
+    _freed: asyncio.Event = field(default_factory=asyncio.Event)
+    _tokens: int = 0
+    _capable_waiting: bool = False
+    _idle_since: float | None = None  # monotonic: the wait under way began with capable work waiting
+    _popped: Marker | None = None  # the marker the last blocking pop took, until its queue has been asked
+
+    @property
+    def free(self) -> int:
+        return max(0, self.concurrency - len(self.held))
+
+    @property
+    def idle_capable_s(self) -> float:
+        """Free slot-seconds so far while a job this host could run waited on a peer's queue."""
+        ongoing = self.free * (time.monotonic() - self._idle_since) if self._idle_since is not None else 0.0
+        return self.idle_counted_s + ongoing
+
+    async def run(self) -> None:
+        """Take jobs until the consumers are closed."""
+        for consumer in self.consumers:
+            await consumer._ensure_client_names()
+            consumer.lockManager.start()
+            consumer.stalledCheckTimer = Timer(
+                consumer.opts["stalledInterval"] / 1000, consumer.runStalledJobsCheck, consumer.emit
+            )
+            consumer.running = True
+        retry_s = RETRY_FIRST_S
+        try:
+            while not self._closing():
+                try:
+                    await self._step()
+                    retry_s = RETRY_FIRST_S
+                except Exception as error:  # the store away: every held job's lock is fenced meanwhile
+                    if not self.consumers[0].isConnectionError(error):
+                        self.consumers[0].emit("error", error)
+                    await asyncio.sleep(retry_s)
+                    retry_s = min(self.idle_poll_s, retry_s * 2)
+        finally:
+            for consumer in self.consumers:
+                consumer.running = False
+                with contextlib.suppress(Exception):
+                    consumer.stalledCheckTimer.stop()
+                with contextlib.suppress(Exception):
+                    await consumer.lockManager.close()
+
+    async def _step(self) -> None:
+        if self._paused():
+            for consumer in self.consumers:
+                await consumer.resume_event.wait()
+            return
+        if self.free == 0:
+            self._freed.clear()
+            await self._freed.wait()
+            return
+        asked: set[str] = set()
+        due_ms = await self._take_what_fits(asked)
+        await self._pass_on(asked)
+        if self.free == 0 or self._paused() or self._closing():
+            return
+        if (stolen_due := await self._steal_or_look()) is not None:
+            if stolen_due == 0:
+                return  # stolen onto the own queue: the next step takes it
+            due_ms = min(due_ms, stolen_due) if due_ms else stolen_due
+        await self._wait_for_work(due_ms)
+
+    async def _take_what_fits(self, asked: set[str]) -> int:
+        """Take from each queue in turn while slots are free; returns the earliest delayed job's due time (0: none).
+        Slots that fill say at once whether work still waits on the own queue, for idle peers to steal."""
+        due_ms, was_free = 0, self.free
+        for consumer in self.consumers:
+            while self.free > 0 and not self._paused() and not self._closing():
+                asked.add(consumer.name)
+                consumer.blockUntil = 0
+                token = self._token(consumer)
+                job = await consumer.moveToActive(token)
+                if job is None:
+                    if consumer.blockUntil:
+                        due_ms = min(due_ms, consumer.blockUntil) if due_ms else int(consumer.blockUntil)
+                    break
+                self._start(consumer, job, token)
+        if was_free and not self.free and self.stealer is not None:
+            await self.stealer.offer()
+        return due_ms
+
+    async def _steal_or_look(self) -> int | None:
+        """Steal the oldest job a peer holds that this host can run: 0 once moved; else when the first one
+        becomes stealable (epoch ms), or None when there is none."""
+        if self.stealer is None:
+            return None
+        candidates = await self.stealer.find()
+        self._capable_waiting = bool(candidates)
+        if not self.steal:
+            return None
+        for job in candidates:
+            if not self.stealer.stealable(job):
+                return job.enqueued_ms + self.stealer.after_ms
+            if await self.stealer.take(job):
+                self._stolen(job)
+                return 0
+        return None
+
+    def _stolen(self, job: Waiting) -> None:
+        self.steals += 1
+        self._capable_waiting = False
+        waited_ms = max(0, self.stealer.now() - job.enqueued_ms) if self.stealer is not None else 0
+        self.log("job_stolen", {"jobId": job.job_id, "from": job.queue, "waitedMs": waited_ms})
+
+    async def _wait_for_work(self, due_ms: int) -> None:
+        """One blocking pop on every queue's marker, until a job may be there or the idle poll is over."""
+        timeout_s = self.idle_poll_s
+        if due_ms:
+            timeout_s = min(BLOCK_CEILING_S, max(BLOCK_FLOOR_S, (due_ms - time.time() * 1000) / 1000))
+        markers = [c.keys["marker"] for c in self.consumers]
+        waiting = asyncio.ensure_future(self.consumers[0].wait_for_markers(markers, timeout_s))
+        for consumer in self.consumers:
+            consumer.waiting = waiting  # pause() and close() cancel it, as they would BullMQ's own
+        if self._capable_waiting and self.free:
+            self._idle_since = time.monotonic()
+        try:
+            await asyncio.wait([waiting])
+        finally:
+            for consumer in self.consumers:
+                consumer.waiting = None
+            if not waiting.done():
+                waiting.cancel()
+            self._count_idle()
+        if not waiting.cancelled():
+            self._popped = waiting.result()
+
+    async def _pass_on(self, asked: set[str]) -> None:
+        """The marker this host woke on goes back when its queue was not asked (the slots filled first), so the
+        next host wakes for the job instead of sleeping until its idle poll."""
+        popped, self._popped = self._popped, None
+        if popped is None:
+            return
+        key = popped[0].decode() if isinstance(popped[0], bytes) else str(popped[0])
+        woke = next((c for c in self.consumers if c.keys["marker"] == key), None)
+        if woke is not None and woke.name not in asked:
+            await woke.backend.conn.zadd(key, {popped[1]: popped[2]})  # a second wake costs a poll, no more
+
+    def _count_idle(self) -> None:
+        if self._idle_since is not None:
+            idle = self.free * (time.monotonic() - self._idle_since)
+            self._idle_since = None
+            self.idle_counted_s += idle
+            self.metrics.idled(idle)
+
+    def _start(self, consumer: GuardedConsumer, job: Any, token: str) -> None:
+        job_id = str(job.id)
+        self.held[job_id] = consumer.name
+        task = asyncio.ensure_future(consumer.processJob(job, token))
+        consumer.processing.add(task)
+
+        def release(_: asyncio.Future[Any]) -> None:
+            consumer.processing.discard(task)
+            self.held.pop(job_id, None)
+            self._freed.set()
+
+        task.add_done_callback(release)
+
+    def _token(self, consumer: GuardedConsumer) -> str:
+        self._tokens += 1
+        return f"{consumer.id}:{self._tokens}"
+
+    def _paused(self) -> bool:
+        return any(consumer.paused for consumer in self.consumers)
+
+    def _closing(self) -> bool:
+        return any(consumer.closing for consumer in self.consumers)
+
+
+async def open_consumers(
+    queues: Sequence[str],
+    connection: str,
+    *,
+    settings: WorkerSettings,
+    attempts: Attempts,
+    log: EventLog,
+    poll_s: float,
+) -> list[GuardedConsumer]:
+    """A BullMQ Worker per queue with this host's lock, stall and poll settings, connected and not running."""
+    options = {
+        "connection": connection,
+        "name": settings.worker_name,  # BullMQ stamps it on each job it takes (`pb`) and on its connections
+        "concurrency": settings.concurrency,
+        "autorun": False,
+        "lockDuration": settings.lock_duration_ms,
+        "stalledInterval": settings.lock_duration_ms,
+        "maxStalledCount": MAX_STALLS,
+        "drainDelay": poll_s,
+    }
+    consumers = []
+    for queue in queues:
+        bull = GuardedConsumer(queue, _processor(attempts, queue), dict(options), attempts.failed_unread)
+        bull.on("error", lambda error, *_: log("queue_error", {"reason": type(error).__name__}))
+        bull.on("failed", attempts.failed_unrun)
+        with contextlib.suppress(Exception):  # delays would otherwise fire on whole seconds
+            await bounded(bull.blockingRedisConnection.getRedisVersion(), 5)
+            await bounded(bull.redisConnection.getRedisVersion(), 5)
+        consumers.append(bull)
+    return consumers
+
+
+def _processor(attempts: Attempts, queue: str) -> Callable[[QueuedJob, str], Awaitable[dict[str, object]]]:
+    """The job's processor, of two arguments: BullMQ hands a third (an abort signal) to one that takes three."""
+
+    async def process(job: QueuedJob, token: str) -> dict[str, object]:
+        return await attempts.process(job, token, queue)
+
+    return process
