@@ -16,7 +16,7 @@ from pi_dispatch.fleet.backlog import read_backlog
 from pi_dispatch.fleet.hosts import HostQueue
 from pi_dispatch.fleet.mirror import MirroredRuns, merge_runs, read_mirrored_runs
 from pi_dispatch.fleet.registry import LiveHosts, Unreachable, read_live_hosts
-from pi_dispatch.fleet.rehome import read_host_queues
+from pi_dispatch.fleet.rehome import known_host_queues, read_host_queues
 from pi_dispatch.fleet.steal import Waiting
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL, connect, describe, with_password
@@ -55,7 +55,8 @@ async def _fleet(client: Any) -> FleetRead:
     if not isinstance(live, LiveHosts):
         return FleetRead(live, [], [])
     try:
-        host_queues = await read_host_queues(client, live.hosts, wall_ms())
+        names = await known_host_queues(client, live.hosts)
+        host_queues = await read_host_queues(client, live.hosts, wall_ms(), names=names)
         return FleetRead(live, host_queues, await read_backlog(client, [queue.queue for queue in host_queues]))
     except (RedisError, OSError, TimeoutError):
         return FleetRead(live, [], [])

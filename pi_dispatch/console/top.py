@@ -1,11 +1,11 @@
 """`pi-dispatch top`: the fleet as it runs, one frame about every second.
 
-A frame costs a few bounded round trips whatever the store holds: the registry (SMEMBERS and one pipelined
-HGETALL per host), five counters and the oldest waiting job per queue (LLEN, ZCARD, LINDEX, HGET), the re-home
-clock of each host queue (GET), the oldest jobs waiting on every queue (two pipelines: how many each host could
-run, beside its used/total slots), and the newest mirrored runs (ZREVRANGEBYSCORE with a LIMIT, then MGET). The
-host queues shown are those of the registry's routable hosts and any seen before; queues of hosts gone from the
-registry are found by a SCAN of queue meta keys at start and then at most once a minute. An unreachable store
+A frame costs a few round trips whatever the store holds: the registry (SMEMBERS, then one pipelined HGETALL per
+host), the silent hosts (`rehome:silent`), every host queue's counters, re-home clock and oldest waiting job in
+one pipeline and its timestamp in another, the oldest jobs waiting on every queue (two pipelines: how many each
+host could run, beside its used/total slots), and the newest mirrored runs (ZREVRANGEBYSCORE with a LIMIT, then
+MGET). The host queues shown are those of the registry's routable hosts, of the silent hosts (a re-home sweep
+also SCANs for queues nobody registered, every ten minutes fleet-wide) and any seen before. An unreachable store
 gives a frame that says so, and the next frame tries again.
 """
 
@@ -16,7 +16,6 @@ import contextlib
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -29,13 +28,13 @@ from rich.text import Text
 from pi_dispatch.console.terminal import plain, visible
 from pi_dispatch.core.capabilities import is_draining, is_live, is_stuck
 from pi_dispatch.core.jscompat import finite, iso_string, js_number
-from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
+from pi_dispatch.core.keys import SHARED_QUEUE
 from pi_dispatch.fleet.backlog import read_backlog, runnable, shown_count
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
 from pi_dispatch.fleet.liveness import not_draining
 from pi_dispatch.fleet.mirror import read_mirrored_runs
 from pi_dispatch.fleet.registry import InvalidRow, LiveHosts, read_live_hosts
-from pi_dispatch.fleet.rehome import host_queue_names, oldest_waiting_ms, queue_counts, read_host_queues
+from pi_dispatch.fleet.rehome import known_host_queues, oldest_waiting_ms, queue_counts, read_host_queues
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.valkey import connect, describe, shown
 
@@ -43,7 +42,6 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
 REFRESH_S: Final = 1.0
-DISCOVER_S: Final = 60.0  # how often the SCAN for host queues whose host has left the registry runs
 LATEST_RUNS: Final = 10
 QUIT_KEYS: Final = frozenset(b"qQ")
 
@@ -69,8 +67,7 @@ class FrameReader:
 
     client: aioredis.Redis
     store: str
-    known: set[str] = field(default_factory=set)
-    discovered_at: float | None = None
+    known: set[str] = field(default_factory=set)  # every host queue seen, so one emptied stays in view
 
     async def read(self) -> Frame:
         now_ms = wall_ms()
@@ -78,10 +75,7 @@ class FrameReader:
         if not isinstance(live, LiveHosts):
             return Frame(now_ms, self.store, unreachable=live.reason)
         try:
-            await self._discover()
-            self.known.update(
-                host_queue_name(str(row["name"])) for row in live.hosts if FleetHost.of_row(row).routes == "true"
-            )
+            self.known.update(await known_host_queues(self.client, live.hosts))
             shared = await queue_counts(self.client, SHARED_QUEUE)
             queues = [HostQueue(SHARED_QUEUE, "", shared, None, await oldest_waiting_ms(self.client, SHARED_QUEUE))]
             queues += await read_host_queues(self.client, live.hosts, now_ms, names=sorted(self.known))
@@ -93,12 +87,6 @@ class FrameReader:
         return Frame(
             now_ms, self.store, None, live.hosts, live.invalid, queues, mirrored.runs, mirrored.degraded, could
         )
-
-    async def _discover(self) -> None:
-        if self.discovered_at is not None and time.monotonic() - self.discovered_at < DISCOVER_S:
-            return
-        self.known.update(await host_queue_names(self.client))
-        self.discovered_at = time.monotonic()
 
 
 def _ago(now_ms: int, at: object) -> str:

@@ -17,6 +17,12 @@ WAIT_CHECK_LEASE_PREFIX: Final = "wait:check:"
 # named host has been seen without a live row.
 REHOME_LEASE: Final = "rehome:lease"
 REHOME_SINCE_PREFIX: Final = "rehome:since:"
+# Hosts whose row went away (expired, or removed by a worker that stopped), by when: what a re-home sweep reads
+# beside the rows; and the registry as one elected reader read it this beat, with the lease on reading it.
+REHOME_SILENT: Final = "rehome:silent"
+REHOME_SCAN: Final = "rehome:scan"  # held while a sweep's SCAN for unregistered host queues is not due again
+HOST_SNAPSHOT: Final = "host:snapshot"
+HOST_SNAPSHOT_LEASE: Final = "host:snapshot:lease"
 # Host queues with jobs waiting, scored by when their host first saw the backlog: where idle peers steal from.
 STEAL_OFFERS: Final = "steal:offers"
 # This port's own job history and control, keyed by a job's record stem (`names.record_stem`): every attempt's

@@ -8,6 +8,7 @@ needs it meets and that is not bound to its host.
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -41,13 +42,52 @@ def could_run(row: Mapping[str, object], job: Waiting) -> bool:
     return FleetHost.of_row(row).routes == "true" and not job.bound and not job.stolen_already
 
 
+@dataclass(frozen=True)
+class _Grouped:
+    """The jobs read, grouped so that a host is matched per distinct need set, not per job."""
+
+    own: Counter[str]  # every job, by queue
+    shared: Counter[frozenset[str]]  # the shared queue's, by needs
+    stealable: Counter[frozenset[str]]  # the host queues' that a capable peer may steal, by needs
+    stealable_on: dict[str, Counter[frozenset[str]]]  # the same, by the queue they wait on
+    oldest: dict[frozenset[str], list[Waiting]]  # the shared and stealable ones, by needs, oldest first
+
+    @classmethod
+    def of(cls, waiting: Sequence[Waiting]) -> _Grouped:
+        grouped = cls(Counter(), Counter(), Counter(), defaultdict(Counter), defaultdict(list))
+        for job in waiting:
+            grouped.own[job.queue] += 1
+            if not isinstance(job.data, dict):
+                continue
+            needs = frozenset(job_needs(job.data))
+            if job.queue == SHARED_QUEUE:
+                grouped.shared[needs] += 1
+            elif not job.bound and not job.stolen_already:
+                grouped.stealable[needs] += 1
+                grouped.stealable_on[job.queue][needs] += 1
+            else:
+                continue
+            grouped.oldest[needs].append(job)
+        for jobs in grouped.oldest.values():
+            jobs.sort(key=lambda job: job.enqueued_ms)
+        return grouped
+
+
 def runnable(rows: Sequence[Mapping[str, object]], waiting: Sequence[Waiting]) -> dict[str, int]:
-    """How many of the jobs read each live host could run, by host name."""
-    return {
-        str(row.get("name")): sum(1 for job in waiting if could_run(row, job))
-        for row in rows
-        if is_live(row) and not is_draining(row)
-    }
+    """How many of the jobs read each live host could run (`could_run`), by host name, in rows x need sets."""
+    grouped = _Grouped.of(waiting)
+    counts = {}
+    for row in rows:
+        if not is_live(row) or is_draining(row):
+            continue
+        name, caps = str(row.get("name")), serving_caps(row)
+        queue = host_queue_name(name)
+        total = grouped.own[queue] + sum(count for needs, count in grouped.shared.items() if needs <= caps)
+        if FleetHost.of_row(row).routes == "true":
+            total += sum(count for needs, count in grouped.stealable.items() if needs <= caps)
+            total -= sum(count for needs, count in grouped.stealable_on.get(queue, {}).items() if needs <= caps)
+        counts[name] = total
+    return counts
 
 
 def shown_count(count: int | None) -> str:
@@ -71,21 +111,22 @@ def idle_capable(
 ) -> list[IdleCapable]:
     """Each live, undrained host whose row, written a beat after a job it could run on someone else's queue had
     waited its stealing delay (`after_ms` by host name), still had free slots (its oldest such job)."""
+    grouped = _Grouped.of(waiting)
     found = []
     for row in rows:
-        delay_ms = after_ms[str(row.get("name"))]
-        free = js_number(row.get("slotsFree"))
-        beat = js_number(row.get("beatAt"))
+        free, beat = js_number(row.get("slotsFree")), js_number(row.get("beatAt"))
         if not is_live(row) or is_draining(row) or not finite(free) or free < 1 or not finite(beat):
             continue
-        own = host_queue_name(str(row.get("name")))
+        name = str(row.get("name"))
+        own, caps, steals = host_queue_name(name), serving_caps(row), FleetHost.of_row(row).routes == "true"
+        late_before = beat - after_ms[name] - beat_ms
         late = [
-            job
-            for job in waiting
-            if job.queue != own and job.enqueued_ms and beat - job.enqueued_ms > delay_ms + beat_ms
-            and could_run(row, job)
-        ]  # fmt: skip
-        if late:
-            oldest = min(late, key=lambda job: job.enqueued_ms)
-            found.append(IdleCapable(str(row.get("name")), int(free), oldest, int(beat) - oldest.enqueued_ms))
+            next((job for job in jobs if job.queue != own and (steals or job.queue == SHARED_QUEUE)), None)
+            for needs, jobs in grouped.oldest.items()
+            if needs <= caps
+        ]
+        oldest = min((job for job in late if job is not None and 0 < job.enqueued_ms < late_before),
+                     key=lambda job: job.enqueued_ms, default=None)  # fmt: skip
+        if oldest is not None:
+            found.append(IdleCapable(name, int(free), oldest, int(beat) - oldest.enqueued_ms))
     return found

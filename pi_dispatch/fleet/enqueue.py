@@ -24,11 +24,12 @@ from pi_dispatch.core.jobs import (
     semantic_dedup_id,
 )
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
-from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
+from pi_dispatch.fleet.snapshot import FleetView, fleet_view
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.valkey import bounded
+from pi_dispatch.infra.valkey import bounded, describe
 
 HOSTS_TTL_S: Final = 5.0
+MAX_VIEW_AGE_S: Final = 60.0  # a routing view older than this is not routed by
 READ_TIMEOUT_S: Final = 1.5
 ADD_TIMEOUT_S: Final = 5.0
 
@@ -36,13 +37,14 @@ HostsReader = Callable[[], Awaitable[list[dict[str, object]]]]
 
 
 def registry_reader(client: Any) -> HostsReader:
-    """Read live hosts from a Valkey client; an unreachable registry raises, so the router caches it as empty."""
+    """Read live hosts from a Valkey client: the fleet's snapshot of the registry (one GET) while it is fresh
+    (`fleet/snapshot.py`), else the registry itself; an unreachable store raises."""
 
     async def read() -> list[dict[str, object]]:
-        result = await read_live_hosts(client, timeout_s=READ_TIMEOUT_S)
-        if not isinstance(result, LiveHosts):
+        result = await fleet_view(client, timeout_s=READ_TIMEOUT_S)
+        if not isinstance(result, FleetView):
             raise ConnectionError(result.reason)
-        return result.hosts
+        return result.live.hosts
 
     return read
 
@@ -55,35 +57,58 @@ def _delivery_job_id(kind: str, job: Mapping[str, Any]) -> str:
 
 @dataclass
 class ForgeRouter:
-    """Chooses a forge job's queue from a cached registry snapshot."""
+    """Chooses a forge job's queue from a cached view of the registry, refreshed in the background.
+
+    A view younger than `ttl_s` is used as is; an older one is still used, up to `max_age_s`, while a refresh runs
+    beside the decision, so a decision never waits on a registry read because the fleet is large or the store
+    slow; a read that fails keeps the last view. Only with no view younger than `max_age_s` does a decision wait
+    for a read (and abstain to the shared queue when that fails too).
+    """
 
     read_hosts: HostsReader
     clock: Callable[[], float] = time.monotonic
     ttl_s: float = HOSTS_TTL_S
     read_timeout_s: float = READ_TIMEOUT_S
     log: EventLog = discard
+    max_age_s: float = MAX_VIEW_AGE_S
     reads: int = 0
     _table: RouteTable | None = None
     _read_at: float = float("-inf")
+    _tried_at: float = float("-inf")
     _inflight: asyncio.Future[RouteTable] | None = field(default=None, repr=False)
 
+    @property
+    def view_age_s(self) -> float:
+        """How old the view the next decision uses is (infinite before the first read)."""
+        return self.clock() - self._read_at
+
     async def _snapshot(self) -> RouteTable:
-        if self._table is not None and self.clock() - self._read_at < self.ttl_s:
+        age = self.view_age_s
+        if self._table is not None and age < self.ttl_s:
+            return self._table
+        if self._inflight is None and self.clock() - self._tried_at >= self.ttl_s:
+            self._tried_at = self.clock()
+            self._inflight = asyncio.ensure_future(self._read())
+            self._inflight.add_done_callback(self._read_done)
+        if self._table is not None and (age < self.max_age_s or self._inflight is None):
+            if age >= self.max_age_s:
+                return RouteTable([])  # too old to route by, and the last read failed: abstain
             return self._table
         if self._inflight is None:
-            self._inflight = asyncio.ensure_future(self._read())
-        try:
-            return await asyncio.shield(self._inflight)
-        finally:
-            if self._inflight is not None and self._inflight.done():
-                self._inflight = None
+            return self._table if self._table is not None else RouteTable([])
+        return await asyncio.shield(self._inflight)
+
+    def _read_done(self, _: asyncio.Future[RouteTable]) -> None:
+        self._inflight = None
 
     async def _read(self) -> RouteTable:
         self.reads += 1
         try:
             hosts = await bounded(self.read_hosts(), self.read_timeout_s)
-        except Exception:
-            hosts = []  # unreachable and empty both route nothing; cached so an outage costs one read per window
+        except Exception as error:  # the last view stays; none at all routes nothing until the next try
+            self.log("routing_view_unread", {"reason": describe(error), "ageS": round(self.view_age_s, 1)})
+            usable = self._table is not None and self.view_age_s < self.max_age_s
+            return self._table if usable and self._table is not None else RouteTable([])
         self._table, self._read_at = RouteTable.from_hosts(hosts), self.clock()
         return self._table
 
@@ -170,9 +195,13 @@ class Enqueuer:
             # asyncio.timeout rather than bounded(): no task per add, and a cancelled add unwinds at once, since
             # BullMQ's client drops the connection it was reading from.
             async with asyncio.timeout(self.add_timeout_s):
-                added = await self._queue(name).addBulk(
-                    [{"name": add.kind, "data": add.data, "opts": add.options} for add in adds]
-                )
+                queue = self._queue(name)
+                if len(adds) == 1:  # alone: one script call, where a bulk of one is a MULTI/EXEC around it
+                    added = [await queue.add(adds[0].kind, adds[0].data, adds[0].options)]
+                else:
+                    added = await queue.addBulk(
+                        [{"name": add.kind, "data": add.data, "opts": add.options} for add in adds]
+                    )
         except BaseException as error:  # every add of the batch answers with the error, then it goes on up
             for add in adds:
                 if not add.answer.done():

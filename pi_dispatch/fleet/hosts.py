@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from pi_dispatch import __version__
-from pi_dispatch.config.hostvars import InventoryHost
-from pi_dispatch.config.worker_settings import WorkerSettings
 from pi_dispatch.core.capabilities import capability_tokens, is_live, parse_caps, serialize_caps
 from pi_dispatch.core.jscompat import finite, js_number, js_sorted
 from pi_dispatch.core.names import worker_name_of
+
+if TYPE_CHECKING:  # the operator's readers of rows need neither the settings nor the inventory models loaded
+    from pi_dispatch.config.hostvars import InventoryHost
+    from pi_dispatch.config.worker_settings import WorkerSettings
 
 # Fields the reference publishes that this port has no value for yet (cron, the pi CLI's version).
 NOT_YET: Final = {"piVersion": "", "fpCron": "", "cronCount": "0"}

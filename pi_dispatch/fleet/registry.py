@@ -13,13 +13,13 @@ import contextlib
 import math
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from pi_dispatch.core.capabilities import CAP_SECRET, CAP_WAIT
+from pi_dispatch.core.capabilities import CAP_SECRET, CAP_WAIT, ROUTE_FRESH_MS
 from pi_dispatch.core.jscompat import finite, js_number, js_sorted, js_string, utf16_key
-from pi_dispatch.core.keys import HOST_LIVE, host_row_key
+from pi_dispatch.core.keys import HOST_LIVE, REHOME_SILENT, host_row_key
 from pi_dispatch.core.names import PROFILE_NAME_RE, WORKER_NAME_RE, worker_name_problem
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog, discard
@@ -151,6 +151,7 @@ class HostRegistry:
             pipe = self.client.pipeline(transaction=True)
             pipe.delete(host_row_key(self.name))
             pipe.srem(HOST_LIVE, self.name)
+            pipe.zadd(REHOME_SILENT, {self.name: self.now()}, nx=True)  # re-homing looks at its queue unless it is back
             await bounded(pipe.execute(), self.timeout_s)
 
 
@@ -160,6 +161,7 @@ class LiveHosts:
 
     hosts: list[dict[str, object]]
     invalid: list[InvalidRow] = field(default_factory=list)
+    ghosts: list[str] = field(default_factory=list)  # registry entries whose row is gone (expired)
 
 
 @dataclass(frozen=True)
@@ -241,11 +243,33 @@ async def read_live_hosts(
             invalid.append(read)
         else:
             hosts.append(read)
-    if ghosts and prune:
+    if ghosts and prune:  # a host whose row expired is silent for re-homing from now (it may have left jobs)
         with contextlib.suppress(Exception):
-            await bounded(client.srem(HOST_LIVE, *ghosts), timeout_s)
+            pipe = client.pipeline(transaction=True)
+            pipe.srem(HOST_LIVE, *ghosts)
+            pipe.zadd(REHOME_SILENT, dict.fromkeys(ghosts, now_ms), nx=True)
+            await bounded(pipe.execute(), timeout_s)
     hosts.sort(key=lambda host: utf16_key(str(host["name"])))
-    return LiveHosts(hosts, invalid)
+    return LiveHosts(hosts, invalid, ghosts)
+
+
+async def beating(
+    client: aioredis.Redis, names: Iterable[str], now_ms: int, timeout_s: float = OP_TIMEOUT_S
+) -> set[str]:
+    """Which of these hosts' own rows say they are live now, in one round trip: for a reader of the fleet's
+    snapshot (a beat behind a host that just started or came back) about to act on a host it thinks silent."""
+    listed = sorted(set(names))
+    if not listed:
+        return set()
+    pipe = client.pipeline(transaction=False)
+    for name in listed:
+        pipe.hget(host_row_key(name), "beatAt")
+    beats = await bounded(pipe.execute(), timeout_s)
+    return {
+        name
+        for name, beat in zip(listed, beats, strict=True)
+        if beat is not None and _decode(beat).isdigit() and now_ms - int(_decode(beat)) <= ROUTE_FRESH_MS
+    }
 
 
 _TOKEN: Final = f"[{CAP_SECRET}{CAP_WAIT}]:{PROFILE_NAME_RE.pattern}"

@@ -9,6 +9,13 @@ that host, and its scheduler lives on that queue, so it waits for its host. Each
 (`fleet/moves.py`), so a job is on exactly one queue whoever dies when; it keeps its id, data, attempts and
 what is left of its delay. A host back within the threshold keeps its queue; one back later finds it empty
 (but for its cron) and works as usual.
+
+One sweeper sweeps per interval fleet-wide: the worker that wins `rehome:lease` keeps it for the interval (one
+that dies mid-sweep is taken over when it expires). A sweep costs what the silent hosts cost, not the fleet: it
+looks only at the hosts whose rows say they are silent and those in `rehome:silent` (a host whose row went away:
+it stopped, or a reader pruned its expired entry), one pipeline for all of them, and drops a host from that set
+once it is back or its queue holds nothing; every FULL_SCAN_MS, fleet-wide, it also SCANs for host queues nobody
+registered. The operator's reads (`hosts`, `top`, `audit --live`) read every queue they show in two pipelines.
 """
 
 from __future__ import annotations
@@ -21,12 +28,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from pi_dispatch.core.capabilities import RouteTable, job_needs
+from pi_dispatch.core.capabilities import RouteTable, is_live, job_needs
 from pi_dispatch.core.jobs import LOCAL_KIND
 from pi_dispatch.core.jscompat import DAY_MS
 from pi_dispatch.core.keys import (
     HOST_QUEUE_META_PATTERN,
     REHOME_LEASE,
+    REHOME_SCAN,
+    REHOME_SILENT,
     SHARED_QUEUE,
     bull_key,
     host_queue_name,
@@ -34,9 +43,10 @@ from pi_dispatch.core.keys import (
     rehome_since_key,
     worker_of_queue,
 )
-from pi_dispatch.fleet.hosts import HostQueue, QueueCounts, silent_since
+from pi_dispatch.fleet.hosts import FleetHost, HostQueue, QueueCounts, silent_since
 from pi_dispatch.fleet.moves import ID_TAKEN, JobMover
-from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
+from pi_dispatch.fleet.registry import LiveHosts, beating, read_live_hosts
+from pi_dispatch.fleet.snapshot import FleetView, fleet_view
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe
@@ -46,6 +56,7 @@ if TYPE_CHECKING:
 
 SWEEP_S: Final = 15.0  # at most; a shorter threshold sweeps a quarter of it
 LEASE_MS: Final = 30_000
+FULL_SCAN_MS: Final = 600_000  # how often, fleet-wide, a sweep also SCANs for host queues nobody registered
 MOVES_PER_SWEEP: Final = 1_000  # bounds one sweep; the next one goes on where it stopped
 SINCE_TTL_MS: Final = 30 * DAY_MS  # a host retired for good does not leave its key behind forever
 # Jobs a stalled check may put back before BullMQ fails them for good; a worker that dies with a job is not the
@@ -64,13 +75,34 @@ async def host_queue_names(client: aioredis.Redis, timeout_s: float = OP_TIMEOUT
             return sorted(found)
 
 
+COUNTED: Final = (
+    ("wait", "llen"),
+    ("delayed", "zcard"),
+    ("prioritized", "zcard"),
+    ("active", "llen"),
+    ("failed", "zcard"),
+)
+
+
+def _count(pipe: Any, queue: str) -> None:
+    """Queue the counters `QueueCounts` takes, in its order."""
+    for suffix, command in COUNTED:
+        getattr(pipe, command)(bull_key(queue, suffix))
+
+
+async def known_host_queues(
+    client: aioredis.Redis, rows: list[dict[str, object]], timeout_s: float = OP_TIMEOUT_S
+) -> list[str]:
+    """The host queues an operator is shown, in one round trip whatever the store holds: each routable row's, and
+    each silent host's (`rehome:silent`, which a sweep also fills from its SCAN for queues nobody registered)."""
+    silent = await bounded(client.zrange(REHOME_SILENT, 0, -1), timeout_s)
+    routable = {host_queue_name(str(row["name"])) for row in rows if FleetHost.of_row(row).routes == "true"}
+    return sorted(routable | {host_queue_name(_text(name)) for name in silent})
+
+
 async def queue_counts(client: aioredis.Redis, queue: str, timeout_s: float = OP_TIMEOUT_S) -> QueueCounts:
     pipe = client.pipeline(transaction=False)
-    pipe.llen(bull_key(queue, "wait"))
-    pipe.zcard(bull_key(queue, "delayed"))
-    pipe.zcard(bull_key(queue, "prioritized"))
-    pipe.llen(bull_key(queue, "active"))
-    pipe.zcard(bull_key(queue, "failed"))
+    _count(pipe, queue)
     waiting, delayed, prioritized, active, failed = await bounded(pipe.execute(), timeout_s)
     return QueueCounts(int(waiting), int(delayed), int(prioritized), int(active), int(failed))
 
@@ -82,17 +114,34 @@ async def read_host_queues(
     timeout_s: float = OP_TIMEOUT_S,
     names: list[str] | None = None,
 ) -> list[HostQueue]:
-    """Each host queue (`names`, else every one a SCAN finds) with its counts and its host's silence, for the
-    re-homer, `hosts`, `audit --live` and `top`."""
+    """Each host queue (`names`, else every one a SCAN finds) with its counts, its oldest waiting job and its
+    host's silence, for the re-homer, `hosts`, `audit --live` and `top`: two round trips whatever their number."""
+    queues = names if names is not None else await host_queue_names(client, timeout_s)
+    if not queues:
+        return []
     rows = {str(row.get("name")): row for row in hosts}
+    pipe = client.pipeline(transaction=False)
+    for queue in queues:
+        pipe.get(rehome_since_key(worker_of_queue(queue) or ""))
+        _count(pipe, queue)
+        pipe.lindex(bull_key(queue, "wait"), -1)
+    answers = await bounded(pipe.execute(), timeout_s)
+    per_queue = 1 + len(COUNTED) + 1
+    oldest_ids = [answers[index * per_queue + per_queue - 1] for index in range(len(queues))]
+    pipe = client.pipeline(transaction=False)
+    for queue, job_id in zip(queues, oldest_ids, strict=True):
+        if job_id is not None:
+            pipe.hget(bull_key(queue, _text(job_id)), "timestamp")
+    stamps = iter(await bounded(pipe.execute(), timeout_s) if any(oldest_ids) else [])
     found = []
-    for queue in names if names is not None else await host_queue_names(client, timeout_s):
-        host = worker_of_queue(queue) or ""
-        stored = await bounded(client.get(rehome_since_key(host)), timeout_s)
+    for index, queue in enumerate(queues):
+        stored, *counts, job_id = answers[index * per_queue : (index + 1) * per_queue]
         stored_ms = int(stored) if stored is not None and _text(stored).isdigit() else None
+        host = worker_of_queue(queue) or ""
+        stamp = _text(next(stamps) or b"") if job_id is not None else ""
+        oldest = int(stamp) if stamp.isdigit() else None
         since = silent_since(rows.get(host), stored_ms, now_ms)
-        oldest = await oldest_waiting_ms(client, queue, timeout_s)
-        found.append(HostQueue(queue, host, await queue_counts(client, queue, timeout_s), since, oldest))
+        found.append(HostQueue(queue, host, QueueCounts(*(int(count) for count in counts)), since, oldest))
     return found
 
 
@@ -125,49 +174,111 @@ class Rehomer:
     def __post_init__(self) -> None:
         self._mover = JobMover(self.client)
 
+    @property
+    def interval_s(self) -> float:
+        return min(SWEEP_S, self.after_ms / 4000)
+
     async def run_forever(self, stop: asyncio.Event) -> None:
-        interval = min(SWEEP_S, self.after_ms / 4000)
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+                await asyncio.wait_for(stop.wait(), self.interval_s)
             if stop.is_set():
                 return
             try:
-                await self.sweep()
+                await self.sweep(hold=True)
             except Exception as error:  # an outage: the next sweep tries again
                 self.log("rehome_sweep_failed", {"reason": describe(error)})
 
-    async def sweep(self) -> int:
-        """Re-home what is due; returns how many jobs moved. Does nothing without the lease."""
+    async def sweep(self, *, hold: bool = False) -> int:
+        """Re-home what is due; returns how many jobs moved. Does nothing without the lease. `hold` keeps the lease
+        for the sweep interval, so one sweeper sweeps per interval fleet-wide (one that dies mid-sweep is taken
+        over when it expires); else it is given back when the sweep is done."""
         token = secrets.token_hex(8)
-        if not await bounded(self.client.set(REHOME_LEASE, token, nx=True, px=LEASE_MS), OP_TIMEOUT_S):
+        lease_ms = int(self.interval_s * 1000) if hold else LEASE_MS
+        if not await bounded(self.client.set(REHOME_LEASE, token, nx=True, px=lease_ms), OP_TIMEOUT_S):
             return 0
         try:
-            return await self._sweep()
+            return await self._sweep(elected=hold)
         finally:
-            with contextlib.suppress(Exception):
-                if _text(await bounded(self.client.get(REHOME_LEASE), OP_TIMEOUT_S) or b"") == token:
-                    await bounded(self.client.delete(REHOME_LEASE), OP_TIMEOUT_S)
+            if not hold:
+                with contextlib.suppress(Exception):
+                    if _text(await bounded(self.client.get(REHOME_LEASE), OP_TIMEOUT_S) or b"") == token:
+                        await bounded(self.client.delete(REHOME_LEASE), OP_TIMEOUT_S)
 
-    async def _sweep(self) -> int:
-        live = await read_live_hosts(self.client)
-        if not isinstance(live, LiveHosts):
+    async def _sweep(self, *, elected: bool = False) -> int:
+        """The queues of silent hosts only: those whose rows say so, those whose rows went away (`rehome:silent`),
+        and, at most every FULL_SCAN_MS fleet-wide, any other host queue a SCAN finds. The elected sweeper reads
+        the rows from the fleet's snapshot (`fleet/snapshot.py`); a one-off sweep reads the registry."""
+        live = await self._rows(elected)
+        if live is None:
             return 0  # an unreadable registry is not evidence that anyone is dead
         now = self.now()
         table = RouteTable.from_hosts(live.hosts)
+        alive = {str(row["name"]) for row in live.hosts if is_live(row)}
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zremrangebyscore(REHOME_SILENT, "-inf", now - SINCE_TTL_MS)
+        pipe.zrange(REHOME_SILENT, 0, -1)
+        pipe.set(REHOME_SCAN, "1", nx=True, px=FULL_SCAN_MS)
+        _, listed, scan = await bounded(pipe.execute(), OP_TIMEOUT_S)
+        silent = {_text(name) for name in listed} | {str(row["name"]) for row in live.hosts} - alive
+        if scan:
+            silent |= {host for queue in await host_queue_names(self.client) if (host := worker_of_queue(queue))}
+        back, silent = silent & alive, silent - alive
+        states = await self._silent_states(sorted(silent), live.hosts, now)
+        pipe = self.client.pipeline(transaction=False)
+        for host in back | {host for host, state in states.items() if state is None}:
+            pipe.zrem(REHOME_SILENT, host)  # back, or nothing left on its queue: nothing to watch
+            pipe.delete(rehome_since_key(host))
+        watched = {host: state[0] for host, state in states.items() if state is not None}
+        if watched:
+            pipe.zadd(REHOME_SILENT, dict.fromkeys(watched, now), nx=True)
+        for host, (since, stored) in ((h, s) for h, s in states.items() if s is not None):
+            if not stored:
+                pipe.set(rehome_since_key(host), str(since), px=SINCE_TTL_MS)
+        await bounded(pipe.execute(), OP_TIMEOUT_S)
         moved = 0
-        for queue in await read_host_queues(self.client, live.hosts, now):
-            key = rehome_since_key(queue.host)
-            if queue.silent_since_ms is None:
-                await bounded(self.client.delete(key), OP_TIMEOUT_S)
+        for host, since in sorted(watched.items()):
+            if now < since + self.after_ms or moved >= MOVES_PER_SWEEP or await self._beats_now(host, now):
                 continue
-            await bounded(self.client.set(key, str(queue.silent_since_ms), px=SINCE_TTL_MS), OP_TIMEOUT_S)
-            due = queue.due_ms(self.after_ms)
-            if due is None or now < due or moved >= MOVES_PER_SWEEP:
-                continue
-            await self._recover_stalled(queue.queue)
-            moved += await self._move_jobs(queue.queue, table, MOVES_PER_SWEEP - moved)
+            queue = host_queue_name(host)
+            await self._recover_stalled(queue)
+            moved += await self._move_jobs(queue, table, MOVES_PER_SWEEP - moved)
         return moved
+
+    async def _beats_now(self, host: str, now: int) -> bool:
+        """Whether the host's own row says it is live now: the snapshot can be a beat behind a host that is back."""
+        return host in await beating(self.client, [host], now)
+
+    async def _rows(self, elected: bool) -> LiveHosts | None:
+        if elected:
+            view = await fleet_view(self.client, now=self.now)
+            return view.live if isinstance(view, FleetView) else None
+        live = await read_live_hosts(self.client)
+        return live if isinstance(live, LiveHosts) else None
+
+    async def _silent_states(
+        self, hosts: list[str], rows: list[dict[str, object]], now: int
+    ) -> dict[str, tuple[int, bool] | None]:
+        """Per silent host, in one round trip: since when it is silent and whether that is stored already; None
+        when its queue holds nothing at all (no job waits for it to come back)."""
+        pipe = self.client.pipeline(transaction=False)
+        for host in hosts:
+            queue = host_queue_name(host)
+            pipe.get(rehome_since_key(host))
+            for suffix, command in COUNTED[:4]:  # waiting, delayed, prioritized, active
+                getattr(pipe, command)(bull_key(queue, suffix))
+        answers = await bounded(pipe.execute(), OP_TIMEOUT_S) if hosts else []
+        by_name = {str(row.get("name")): row for row in rows}
+        states: dict[str, tuple[int, bool] | None] = {}
+        for index, host in enumerate(hosts):
+            stored, *counts = answers[index * 5 : index * 5 + 5]
+            if not any(int(count) for count in counts):
+                states[host] = None
+                continue
+            stored_ms = int(stored) if stored is not None and _text(stored).isdigit() else None
+            since = silent_since(by_name.get(host), stored_ms, now)
+            states[host] = (since if since is not None else now, stored_ms is not None)
+        return states
 
     async def _recover_stalled(self, queue: str) -> None:
         """BullMQ's own check: active jobs whose lock has expired go back to waiting (two sweeps at most)."""

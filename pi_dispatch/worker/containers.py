@@ -14,7 +14,7 @@ import contextlib
 import secrets
 import struct
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -179,22 +179,32 @@ class ContainerRuntime:
         """Remove every container labelled as this host's, running or not; returns how many."""
         return await self._remove_all(await self._fleet_containers(f"{LABEL_HOST}={self.host}"))
 
-    async def sweep_orphans(self, live_hosts: set[str]) -> int:
+    async def sweep_orphans(
+        self, live_hosts: set[str], confirm: Callable[[set[str]], Awaitable[set[str]]] | None = None
+    ) -> int:
         """Remove the fleet's containers on this daemon that nobody is waiting for: this host's from an earlier run
-        of its worker, and any host's whose worker is not live. Each may still hold its job's secrets in its
-        environment, and run beside the job's next attempt. Returns how many; never raises."""
+        of its worker, and any host's whose worker is not live (`confirm`, given the hosts that look gone, says
+        which of them are live after all). Each may still hold its job's secrets in its environment, and run
+        beside the job's next attempt. Returns how many; never raises."""
         try:
             containers = await self._fleet_containers()
         except DockerUnavailable:
             return 0
-        orphans = []
+        orphans, gone = [], set()
         for container in containers:
             labels = container.labels if isinstance(container.labels, dict) else {}
             host = labels.get(LABEL_HOST)
-            if (host == self.host and labels.get(LABEL_INSTANCE) != self.instance) or host not in live_hosts | {
-                self.host
-            }:
+            if host == self.host and labels.get(LABEL_INSTANCE) != self.instance:
                 orphans.append(container)
+            elif host not in live_hosts | {self.host}:
+                orphans.append(container)
+                gone.add(str(host))
+        if gone and confirm is not None:
+            try:
+                back = await confirm(gone)
+            except Exception:
+                return 0  # not knowing whether a host is live is not knowing its containers are orphans
+            orphans = [c for c in orphans if (c.labels or {}).get(LABEL_HOST) not in back]
         return await self._remove_all(orphans)
 
     async def _remove_all(self, strays: list[Any]) -> int:

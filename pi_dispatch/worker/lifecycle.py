@@ -18,6 +18,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 from pi_dispatch.config.worker_settings import WorkerSettings, password_text
@@ -28,8 +29,9 @@ from pi_dispatch.fleet.hosts import FleetHost, heartbeat_row
 from pi_dispatch.fleet.jobhistory import JobHistory
 from pi_dispatch.fleet.liveness import CONSUMER_STUCK_S, IDLE_POLL_S, progress_facts, stuck_consumer
 from pi_dispatch.fleet.mirror import RunMirror, mirror_window_ms
-from pi_dispatch.fleet.registry import HostRegistry, LiveHosts, read_live_hosts
+from pi_dispatch.fleet.registry import HostRegistry, beating
 from pi_dispatch.fleet.rehome import Rehomer
+from pi_dispatch.fleet.snapshot import FleetView, fleet_view
 from pi_dispatch.fleet.steal import Stealer
 from pi_dispatch.infra.clock import host_zone, wall_ms
 from pi_dispatch.infra.events import EventLog, discard
@@ -290,11 +292,12 @@ class Worker:
             if self.pickup.stealer is not None:
                 with contextlib.suppress(Exception):  # an outage offers nothing; the next beat says it again
                     await self.pickup.stealer.offer()
-            live = await read_live_hosts(self.client)
-            if isinstance(live, LiveHosts):
-                self.rows = live.hosts
-                alive = {str(host["name"]) for host in live.hosts if is_live(host)}
-                if removed := await self.runtime.sweep_orphans(alive):
+            view = await fleet_view(self.client, now=self.now)  # one GET: the fleet's snapshot of the registry
+            if isinstance(view, FleetView):
+                self.rows = view.live.hosts
+                alive = {str(host["name"]) for host in view.live.hosts if is_live(host)}
+                confirm = partial(beating, self.client, now_ms=self.now())  # the snapshot may lag a new peer
+                if removed := await self.runtime.sweep_orphans(alive, confirm):
                     self.log("orphans_removed", {"count": removed})
 
     def _serve_metrics(self) -> None:
@@ -326,8 +329,11 @@ class Worker:
         closing = [asyncio.ensure_future(bull.close()) for bull in self.bullmq_workers]
         if closing:
             _, pending = await asyncio.wait(closing, timeout=STOP_GRACE_S)
-            for task in pending:
-                task.cancel()
+            if pending:  # a job's last write still retrying against a store that is gone (BullMQ retries minutes):
+                # force it, so no close is left to the loop's shutdown (BullMQ's close spins on a cancelled one)
+                forcing = [asyncio.ensure_future(bull.close(force=True)) for bull in self.bullmq_workers]
+                _, pending = await asyncio.wait([*pending, *forcing], timeout=STOP_GRACE_S)
+                self.log("consumers_forced_closed", {"left": len(pending)})
 
     async def _sweep_forever(self) -> None:
         while True:

@@ -75,7 +75,7 @@ async def test_a_failed_read_is_cached_for_the_window() -> None:
     assert router.reads == 1
 
 
-async def test_cache_lives_five_seconds() -> None:
+async def test_cache_lives_five_seconds_then_refreshes_beside_the_decisions() -> None:
     clock = Clock()
     router = ForgeRouter(counting_reader(CAPABLE), clock=clock)
     job = delivery(secretsProfile="prod")
@@ -84,8 +84,38 @@ async def test_cache_lives_five_seconds() -> None:
     await router.queue_for("github", job)
     assert router.reads == 1
     clock.now += 2.0
-    await router.queue_for("github", job)
-    assert router.reads == 2
+    assert await router.queue_for("github", job) == "pi-jobs@mini1"  # the last view, at once
+    await asyncio.sleep(0.01)
+    assert router.reads == 2 and router.view_age_s == 0  # read in the background meanwhile
+
+
+async def test_a_slow_or_failed_refresh_never_holds_a_decision_and_a_view_too_old_abstains() -> None:
+    clock = Clock()
+    answers: list[object] = [CAPABLE]
+
+    async def reader() -> list[dict[str, object]]:
+        answer = answers[-1]
+        if isinstance(answer, Exception):
+            raise answer
+        if answer == "slow":
+            await asyncio.sleep(3600)
+        return CAPABLE
+
+    router = ForgeRouter(reader, clock=clock, read_timeout_s=0.05)
+    job = delivery(secretsProfile="prod")
+    assert await router.queue_for("github", job) == "pi-jobs@mini1"
+    answers.append("slow")
+    clock.now += 30.0
+    async with asyncio.timeout(0.02):  # far below the read's own timeout: the decision does not wait for it
+        assert await router.queue_for("github", job) == "pi-jobs@mini1"
+    answers.append(ConnectionError("down"))
+    await asyncio.sleep(0.1)
+    clock.now += 10.0
+    assert await router.queue_for("github", job) == "pi-jobs@mini1"  # 40 s old, the last read failed: still used
+    await asyncio.sleep(0.01)
+    clock.now += 30.0
+    assert router.view_age_s > router.max_age_s
+    assert await router.queue_for("github", job) == "pi-jobs"  # older than a minute: not routed by
 
 
 async def test_concurrent_deliveries_share_one_read() -> None:

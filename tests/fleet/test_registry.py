@@ -184,10 +184,11 @@ async def test_reader_prunes_ghosts_and_derives_staleness(client: aioredis.Redis
 @pytest.mark.redis
 async def test_reader_prune_false_keeps_the_ghost(client: aioredis.Redis) -> None:
     await client.sadd("host:live", "ghost")
-    assert await read_live_hosts(client, prune=False) == LiveHosts([])
+    assert await read_live_hosts(client, prune=False) == LiveHosts([], ghosts=["ghost"])
     assert await client.smembers("host:live") == {b"ghost"}
-    await read_live_hosts(client)
+    await read_live_hosts(client, now=lambda: NOW)
     assert await client.smembers("host:live") == set()
+    assert await client.zscore("rehome:silent", "ghost") == NOW  # its queue is re-homing's to look at from now
 
 
 @pytest.mark.redis

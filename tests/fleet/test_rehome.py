@@ -19,7 +19,7 @@ from bullmq import Queue
 from bullmq import Worker as BullWorker
 
 from pi_dispatch.core.jscompat import iso_string
-from pi_dispatch.core.keys import REHOME_LEASE, bull_key, rehome_since_key
+from pi_dispatch.core.keys import REHOME_LEASE, REHOME_SILENT, bull_key, rehome_since_key
 from pi_dispatch.fleet.enqueue import forge_job_options
 from pi_dispatch.fleet.hosts import silent_since
 from pi_dispatch.fleet.registry import HostRegistry
@@ -186,6 +186,25 @@ async def test_one_mover_at_a_time_and_never_over_a_taken_id(
     assert any(event == "job_rehome_blocked" for event, _ in log.events)
 
 
+async def test_one_sweeper_keeps_the_lease_for_its_interval_and_the_next_takes_over_when_it_ends(
+    client: aioredis.Redis, valkey_url: str, queues: dict[str, Queue], fleet: None
+) -> None:
+    job_id = await add(queues[DEAD], 11, fields={"secretsProfile": "prod"})
+    first, second = Rehomer(client, valkey_url, AFTER_MS, 2_000), Rehomer(client, valkey_url, AFTER_MS, 2_000)
+    try:
+        await first.sweep(hold=True)  # marks `dead` silent from now; nothing is due yet
+        held_ms = await client.pttl(REHOME_LEASE)
+        assert 0 < held_ms <= first.interval_s * 1000  # kept: the rest of the fleet does not sweep again meanwhile
+        await silent_for(client, "dead", AFTER_MS * 2)
+        assert await second.sweep(hold=True) == 0 and await where(client, job_id) == [(DEAD, "wait")]
+        await client.pexpire(REHOME_LEASE, 1)  # the interval is over (or the sweeper died mid-sweep)
+        await asyncio.sleep(0.01)
+        assert await second.sweep(hold=True) == 1 and await where(client, job_id) == [(ALIVE, "wait")]
+    finally:
+        await first.close()
+        await second.close()
+
+
 MOVER = """
 import asyncio, sys
 from pi_dispatch.fleet.rehome import Rehomer
@@ -269,6 +288,7 @@ async def test_hosts_and_the_live_audit_say_which_queue_waits_to_move_and_when(
     await add(queues[DEAD], 9, delay=60_000)
     silent_ms = int(time.time() * 1000) - 30_000
     await client.set(rehome_since_key("dead"), str(silent_ms))
+    await client.zadd(REHOME_SILENT, {"dead": silent_ms})  # as its leaving, a reader's pruning or a sweep left it
     listed = await asyncio.to_thread(run_cli, "hosts", "--valkey-url", valkey_url, "--json", "--queues")
     dead = next(queue for queue in json.loads(listed.stdout) if queue["queue"] == DEAD)
     assert dead["counts"] == {"waiting": 1, "delayed": 1, "prioritized": 0, "active": 0, "failed": 0}

@@ -86,8 +86,8 @@ async def test_hostile_jobs_through_a_real_worker(
     resolver = write_script(tmp_path / "resolver", RESOLVER)
     check = write_script(tmp_path / "check", "#!/bin/sh\nexit 0\n")
     env = worker_env(
-        tmp_path, valkey_url, job_image, "target", PI_SECRET_PROFILES=f"prod:{resolver}", PI_CONCURRENCY="4"
-    )
+        tmp_path, valkey_url, job_image, "target", PI_SECRET_PROFILES=f"prod:{resolver}", PI_CONCURRENCY="8"
+    )  # 8 in hand at once, as 4 per queue were before pickup took a slot with each job
     env.update(PI_WAIT_PROFILES=f"ci:{check}", PI_JOB_TIMEOUT_MS="20000")
     queue = Queue("pi-jobs", {"connection": valkey_url})
     figures = Figures("jobs", tried=JOBS + 2)

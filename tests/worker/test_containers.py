@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -167,6 +168,34 @@ async def test_the_boot_reaper_removes_this_hosts_strays_only(docker_client: Any
     finally:
         for other in others:
             other.remove(force=True)
+
+
+@pytest.mark.docker
+async def test_the_orphan_sweep_spares_a_host_its_view_missed_but_whose_row_says_it_is_live(
+    docker_client: Any, job_image: str
+) -> None:
+    made = [
+        docker_client.containers.create(job_image, labels={LABEL_HOST: host, LABEL_FLEET: "fleet-o"})
+        for host in ("sweep-new-peer", "sweep-dead-peer")
+    ]
+    asked: list[set[str]] = []
+
+    async def confirm(gone: set[str]) -> set[str]:  # as `fleet.registry.beating` answers: rows live now
+        asked.append(gone)
+        return {"sweep-new-peer"}
+
+    try:
+        runtime = ContainerRuntime.connect("sweep-me", 1, Recorder(), fleet="fleet-o")
+        assert await runtime.sweep_orphans(set(), confirm) == 1  # the dead peer's only
+        runtime.close()
+        listed = docker_client.containers.list(all=True, sparse=True, filters={"label": f"{LABEL_FLEET}=fleet-o"})
+        left = {container.attrs["Labels"][LABEL_HOST] for container in listed}
+        assert asked == [{"sweep-new-peer", "sweep-dead-peer"}]
+        assert "sweep-new-peer" in left and "sweep-dead-peer" not in left
+    finally:
+        for container in made:
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
 
 
 @pytest.mark.docker

@@ -335,6 +335,36 @@ async def test_sigterm_drains_running_jobs_and_removes_the_row(
 @pytest.mark.docker
 @pytest.mark.redis
 @pytest.mark.slow
+async def test_a_worker_stopped_while_the_store_is_gone_and_its_job_is_writing_still_exits(
+    tmp_path: Path, private_redis: RedisServer, job_image: str, docker_client: Any
+) -> None:
+    """The job's last write retries for minutes against a store that is gone; the stop forces the consumers
+    closed instead of leaving them to the loop's shutdown (where BullMQ's close spins forever)."""
+    log = tmp_path / "worker.log"
+    env = worker_env(tmp_path, private_redis.url, job_image, "stranded", PI_DRAIN_GRACE_MS="2000")
+    child = start_worker_process(env, log)
+    try:
+        await wait_for_line(log, "worker_started")
+        queue = Queue("pi-jobs@stranded", {"connection": private_redis.url})
+        await queue.add("github", forge_job(1, trigger={"demoSleep": 120}), {"jobId": "gh-stranded"})
+        await job_in_state(queue, "gh-stranded", ("active",))
+        await queue.close()
+        while not docker_client.containers.list(filters={"label": f"{LABEL_HOST}=stranded"}):
+            await asyncio.sleep(0.2)  # its container runs
+        child.send_signal(signal.SIGTERM)
+        private_redis.stop()
+        for container in docker_client.containers.list(filters={"label": f"{LABEL_HOST}=stranded"}):
+            container.remove(force=True)
+        assert await asyncio.to_thread(child.wait, 120) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert "consumers_forced_closed" in log.read_text()
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_a_sigkilled_workers_job_is_recovered_and_runs_elsewhere(
     tmp_path: Path,
     valkey_url: str,

@@ -1,0 +1,126 @@
+"""The registry read once per beat for the whole fleet: one elected reader publishes a compact snapshot of the rows
+that every worker and router reads with one command.
+
+Each worker needs the live rows every beat (its orphan sweep, stealing, re-homing) and each router before it
+routes; every one of them reading every row would make the fleet's idle load grow with the square of its size.
+Instead, whoever finds the snapshot older than a beat and wins `host:snapshot:lease` (SET NX, a beat long) reads
+the registry (two round trips, ghosts pruned, as `read_live_hosts` does) and writes `host:snapshot` (this port's
+own key: JSON of the rows' routing fields, with when it was read); everyone else GETs it. Rows stay in the
+reference's format and are written by each host's own beat as before, so Node workers and routers see nothing new.
+A reader parses the snapshot's rows with the same checks as a direct read, as of when it was read (one moment of
+the fleet, a beat old at most while its readers refresh it); a snapshot older than MAX_AGE_MS is not used: the
+reader reads the registry itself.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from pi_dispatch.core.keys import HOST_SNAPSHOT, HOST_SNAPSHOT_LEASE, REHOME_SILENT
+from pi_dispatch.fleet.registry import (
+    HOST_BEAT_MS,
+    InvalidRow,
+    LiveHosts,
+    Unreachable,
+    host_from_row,
+    read_live_hosts,
+)
+from pi_dispatch.infra.clock import wall_ms
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+# The fields a snapshot keeps of each row: what routing, liveness, stealing and re-homing read.
+SNAPSHOT_FIELDS: Final = ("name", "beatAt", "routes", "caps", "consumer", "draining", "slotsFree", "concurrency")
+MAX_AGE_MS: Final = 3 * HOST_BEAT_MS  # past this a snapshot is not evidence of anything
+TTL_MS: Final = 4 * HOST_BEAT_MS
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """The live rows as a reader sees them now, and how old the registry read behind them is."""
+
+    live: LiveHosts
+    age_ms: int
+    direct: bool  # read from the registry itself, not from a snapshot
+
+
+def _compact(row: Mapping[str, object]) -> dict[str, str]:
+    return {key: str(row[key]) for key in SNAPSHOT_FIELDS if key in row and key != "staleMs"}
+
+
+def parse_snapshot(raw: bytes | str | None, now_ms: int) -> tuple[LiveHosts, int] | None:
+    """The rows of a snapshot as a direct read gave them when it was taken (each `staleMs` as of then: the view
+    is one moment of the fleet, said to be `age` old), and its age; None for none, a bad one or one too old."""
+    if raw is None:
+        return None
+    try:
+        document = json.loads(raw)
+        at, rows = int(document["at"]), document["rows"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not isinstance(rows, list) or not 0 <= now_ms - at <= MAX_AGE_MS:
+        return None
+    hosts: list[dict[str, object]] = []
+    invalid: list[InvalidRow] = []
+    for row in rows:
+        if not isinstance(row, dict) or not all(isinstance(value, str) for value in row.values()):
+            continue
+        read = host_from_row(str(row.get("name", "")), row, at)
+        if isinstance(read, InvalidRow):
+            invalid.append(read)
+        else:
+            hosts.append(read)
+    return LiveHosts(hosts, invalid), now_ms - at
+
+
+async def publish(
+    client: aioredis.Redis, now: Callable[[], int] = wall_ms, timeout_s: float = OP_TIMEOUT_S
+) -> LiveHosts | Unreachable:
+    """Read the registry and publish it as the snapshot; hosts whose rows are gone are marked silent for re-homing."""
+    live = await read_live_hosts(client, now=now, timeout_s=timeout_s)
+    if not isinstance(live, LiveHosts):
+        return live
+    at = now()
+    document = {"at": at, "rows": [_compact(row) for row in live.hosts]}
+    pipe = client.pipeline(transaction=False)
+    pipe.set(HOST_SNAPSHOT, json.dumps(document, separators=(",", ":")), px=TTL_MS)
+    if live.ghosts:
+        pipe.zadd(REHOME_SILENT, dict.fromkeys(live.ghosts, at), nx=True)
+    await bounded(pipe.execute(), timeout_s)
+    return live
+
+
+async def fleet_view(
+    client: aioredis.Redis,
+    *,
+    now: Callable[[], int] = wall_ms,
+    refresh_after_ms: int = HOST_BEAT_MS,
+    timeout_s: float = OP_TIMEOUT_S,
+) -> FleetView | Unreachable:
+    """The live rows: the snapshot when it is fresh; else this reader refreshes it when it wins the lease, or reads
+    the registry itself when the snapshot is too old to use and someone else holds the lease."""
+    try:
+        raw = await bounded(client.get(HOST_SNAPSHOT), timeout_s)
+    except Exception as error:
+        return Unreachable(describe(error))
+    parsed = parse_snapshot(raw, now())
+    if parsed is not None and parsed[1] < refresh_after_ms:
+        return FleetView(parsed[0], parsed[1], direct=False)
+    try:
+        won = await bounded(
+            client.set(HOST_SNAPSHOT_LEASE, secrets.token_hex(4), nx=True, px=refresh_after_ms), timeout_s
+        )
+    except Exception as error:
+        return Unreachable(describe(error))
+    if not won and parsed is not None:
+        return FleetView(parsed[0], parsed[1], direct=False)  # being refreshed by another reader; fresh enough
+    live = await publish(client, now, timeout_s) if won else await read_live_hosts(client, now=now, timeout_s=timeout_s)
+    if not isinstance(live, LiveHosts):
+        return live
+    return FleetView(live, 0, direct=True)
