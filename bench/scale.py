@@ -2,19 +2,22 @@
 
 A private redis-server holds a registry of N simulated hosts (rows written as a beat writes them, every 15 s; one in
 ten silent, its row left to age, with a cron job that waits for it) and a host queue per host with a job waiting,
-beside three real `pi-dispatch
-worker` processes (named, idle). Per N = 10, 100, 1,000, 5,000 it prints:
-- the idle store load: commands/s of each real host (INFO's command count over a window, less the simulator's own
-  beats and the registry reads; the sweeper's look at the silent hosts' queues stays in it, so it is an upper
-  bound), the fleet-wide shared cost per row (HGETALLs of rows per second per row: snapshot refreshes, whoever
-  runs them), the fleet-wide idle load at N hosts computed from both, and Valkey's own CPU per real host;
+beside three real `pi-dispatch worker` processes (named, idle). Per N = 10, 100, 1,000, 5,000 it prints:
+- the idle store load, split by what the commands touch (MONITOR over a window): a real host's own commands/s
+  (its beat, its queues, its read of the fleet's snapshot, whatever it touches that is not another host's), and
+  the fleet's shared commands/s (whatever touches the simulated hosts' rows and queues: the snapshot's refresh,
+  the sweeper's look at the silent hosts), per row; the fleet's idle load at N hosts computed from both
+  (N x own + shared, the simulator's beats being each host's own beat); Valkey's CPU (INFO deltas against a window
+  with the simulator alone) split between own and shared by their commands, and the fleet's share of a core;
 - the plain anchor: a Python BullMQ worker on the same two queues, alone, in the same run;
 - routing: the median time of a routed decision and the router view's age, and how many abstained;
-- the time of `top --once`, `hosts` and `audit --live`, and of one re-home sweep, with the commands each sent;
+- the time of `top --once`, `hosts` and `audit --live` (its inventory the real hosts alone: the live reads; and,
+  `+inv`, with every simulated host declared: ansible-core's load and each host's checks too), and of a re-home
+  sweeper's first and next sweep, with the commands each sent (a script counts one, as MONITOR sees it);
 - the idle RSS of a real worker against the plain BullMQ worker's.
 
-Goals (issue 24): own idle load <= 1.5x the plain worker's; shared <= 0.15 commands/s per row; `top --once` <= 1 s
-and `audit --live` <= 2 s at N=5,000; no decision abstains for lack of a registry read.
+Goals (issue 24): own idle load <= 1.5x the plain worker's; shared <= 0.15 commands/s per row; fleet idle load at
+N=1,000 under 10% of a core; `top --once` <= 1 s and `audit --live` <= 2 s at N=5,000; no decision abstains.
 Usage: python bench/scale.py [--sizes 10,100,1000,5000] [--window 30]
 """
 
@@ -24,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -35,26 +39,18 @@ from typing import Any
 
 import redis
 
-from pi_dispatch.core.keys import HOST_LIVE, bull_key, host_queue_name, host_row_key
+from pi_dispatch.core.keys import HOST_LIVE, REHOME_LEASE, bull_key, host_queue_name, host_row_key
 from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE
 from pi_dispatch.fleet.enqueue import ForgeRouter, registry_reader
 from pi_dispatch.fleet.rehome import Rehomer
+from pi_dispatch.infra.clock import host_zone
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.jobs import forge_job
-from pi_dispatch.testing.services import RedisServer, worker_process_env
+from pi_dispatch.testing.services import PLAIN_BULLMQ_WORKER, RedisServer, rss_mb, worker_process_env
 
 REAL = ("real1", "real2", "real3")
 BEAT_S = 15.0
-PLAIN = """
-import asyncio, sys
-from bullmq import Worker
-async def main():
-    async def process(job, token):
-        return None
-    workers = [Worker(queue, process, {"connection": sys.argv[1]}) for queue in ("pi-jobs", "pi-jobs@plain")]
-    await asyncio.sleep(3600)
-asyncio.run(main())
-"""
+ZONE = host_zone(None)
 
 
 def sim_row(number: int, now_ms: int) -> tuple[str, dict[str, str]]:
@@ -73,7 +69,7 @@ def sim_row(number: int, now_ms: int) -> tuple[str, dict[str, str]]:
         "image": "pi-job:latest",
         "imageDigest": "",
         "piVersion": "",
-        "tz": "UTC",
+        "tz": ZONE,  # the real workers' own: a fleet that agrees on its zone
         "fpCron": "",
         "cronCount": "0",
         "slotsFree": "2",
@@ -138,40 +134,85 @@ class Simulator:
         self.store.close()
 
 
-def stats(store: redis.Redis) -> tuple[int, int, float]:
-    """Commands processed, HGETALLs, and Valkey's CPU seconds so far."""
+def stats(store: redis.Redis) -> tuple[int, float]:
+    """Commands processed and Valkey's CPU seconds so far."""
     info = store.info("all")
-    hgetall = int(info.get("cmdstat_hgetall", {}).get("calls", 0))
-    return int(info["total_commands_processed"]), hgetall, float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+    return int(info["total_commands_processed"]), float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
-def rss_mb(pid: int) -> float:
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def window(store: redis.Redis, sim: Simulator, seconds: float) -> tuple[float, float, float]:
-    """Commands/s (less the simulator's and these reads'), HGETALLs/s and Valkey CPU/s over a window."""
+def cpu_window(store: redis.Redis, sim: Simulator, seconds: float) -> tuple[float, float]:
+    """Commands/s (less the simulator's and these reads') and Valkey CPU seconds/s over a window."""
     before, sim_before = stats(store), sim.commands
     time.sleep(seconds)
     after = stats(store)
-    own_reads = 2  # the two INFO calls
-    commands = after[0] - before[0] - (sim.commands - sim_before) - own_reads
-    return commands / seconds, (after[1] - before[1]) / seconds, (after[2] - before[2]) / seconds
+    commands = after[0] - before[0] - (sim.commands - sim_before) - 2  # the two INFO calls
+    return commands / seconds, (after[1] - before[1]) / seconds
+
+
+SIMULATED = re.compile(r"sim\d{5}")
+SIMULATOR_VERBS = frozenset({"DEL", "HSET", "PEXPIRE", "SADD"})  # a beat, as the simulator sends it
+
+
+class Monitor:
+    """MONITOR in a thread: the commands clients send (a script's own calls left out), split into the real
+    hosts' own (touching no simulated host) and the fleet's shared (touching one), the simulator's beats apart."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.store = redis.Redis.from_url(url)
+        self.own = 0
+        self.shared = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with self.store.monitor() as monitor:
+            self._started.set()
+            for entry in monitor.listen():
+                if self._stop.is_set():
+                    return
+                if entry.get("client_type") == "lua" or entry.get("client_address") == "lua":
+                    continue
+                command = str(entry.get("command", ""))
+                verb = command.split(" ", 1)[0].upper()
+                if verb in {"INFO", "MONITOR"}:
+                    continue
+                if SIMULATED.search(command):
+                    if verb not in SIMULATOR_VERBS:
+                        self.shared += 1
+                else:
+                    self.own += 1
+
+    def __enter__(self) -> Monitor:
+        self._started = threading.Event()
+        self._thread.start()
+        self._started.wait(5)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        with contextlib.suppress(Exception), redis.Redis.from_url(self.url) as waker:
+            waker.ping()  # MONITOR answers only when a command comes: one more, so its thread sees the stop
+        self._thread.join(5)
+        self.store.close()
+
+    @property
+    def sent(self) -> int:
+        return self.own + self.shared
 
 
 def timed_cli(url: str, *args: str) -> tuple[float, int]:
-    store = redis.Redis.from_url(url)
-    before = stats(store)[0]
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pi_dispatch", *args, "--valkey-url", url], capture_output=True, check=False)
-    elapsed = time.perf_counter() - started
-    sent = stats(store)[0] - before - 1
-    store.close()
-    return elapsed, sent
+    """How long an operator command takes (the median of three), then the commands it sends, counted in a run of
+    their own (MONITOR slows the store down; with the idle workers' meanwhile)."""
+    command = [sys.executable, "-m", "pi_dispatch", *args, "--valkey-url", url]
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        subprocess.run(command, capture_output=True, check=False)
+        times.append(time.perf_counter() - started)
+    with Monitor(url) as monitor:
+        subprocess.run(command, capture_output=True, check=False)
+    return statistics.median(times), monitor.sent
 
 
 async def routing(url: str, decisions: int = 200) -> tuple[float, float, int]:
@@ -191,25 +232,35 @@ async def routing(url: str, decisions: int = 200) -> tuple[float, float, int]:
     return statistics.median(times), age, abstained
 
 
-async def sweep_time(url: str) -> tuple[float, int]:
+async def sweep_time(url: str) -> tuple[float, int, float, int]:
+    """A sweeper's first sweep (it looks at every silent host's jobs) and its next (only at what changed): the
+    time and commands of each. Run with no worker left, so this one holds the lease."""
     client = connect(url)
-    store = redis.Redis.from_url(url)
-    before = stats(store)[0]
     mover = Rehomer(client, url, 120_000, 30_000)
-    started = time.perf_counter()
-    await mover.sweep()
-    elapsed = time.perf_counter() - started
-    sent = stats(store)[0] - before - 1
+    figures: list[float] = []
+    for _ in range(2):
+        await client.delete(REHOME_LEASE)  # the interval over: this sweeper elected, as a worker's would be
+        with Monitor(url) as monitor:
+            started = time.perf_counter()
+            await mover.sweep(hold=True)
+            figures += [time.perf_counter() - started, monitor.sent]
     await mover.close()
     await client.aclose()
-    store.close()
-    return elapsed, sent
+    return figures[0], int(figures[1]), figures[2], int(figures[3])
 
 
-def inventory(root: Path) -> Path:
-    path = root / "hosts.yml"
-    hosts = "".join(f"        {name}: {{pi_dispatch_worker_name: {name}}}\n" for name in REAL)
-    path.write_text(f"all:\n  children:\n    pi_dispatch_workers:\n      hosts:\n{hosts}")
+def inventory(root: Path, count: int) -> Path:
+    """The fleet as its operator declares it: the real workers and `count` simulated hosts, with their profiles
+    (0: the real ones alone, so the audit's cost is its live reads; else its inventory's load and checks too)."""
+    path = root / f"hosts-{count}.yml"
+    lines = ["all:", "  children:", "    pi_dispatch_workers:", "      hosts:"]
+    lines += [f"        {name}: {{pi_dispatch_worker_name: {name}}}" for name in REAL]
+    for number in range(count):
+        name = f"sim{number:05d}"
+        profiles = "pi_dispatch_worker_secret_profiles: {prod: /opt/p/prod}" if number % 3 == 0 else (
+            "pi_dispatch_worker_wait_profiles: {ci: /opt/p/ci}")  # fmt: skip
+        lines.append(f"        {name}: {{pi_dispatch_worker_name: {name}, {profiles}}}")
+    path.write_text("\n".join(lines) + "\n")
     return path
 
 
@@ -218,6 +269,8 @@ def measure(root: Path, server: RedisServer, count: int, seconds: float) -> dict
     store.flushdb()
     figures: dict[str, Any] = {"n": count}
     with Simulator(server.url, count) as sim:
+        time.sleep(2)
+        _, cpu_alone = cpu_window(store, sim, seconds)  # the simulator's beats alone
         workers = []
         for name in REAL:
             env = worker_process_env(root, server.url, EXAMPLE_IMAGE, name, PI_METRICS_ADDR="")
@@ -226,24 +279,30 @@ def measure(root: Path, server: RedisServer, count: int, seconds: float) -> dict
                 subprocess.Popen([sys.executable, "-m", "pi_dispatch", "worker"], env=env, stdout=log, stderr=log)
             )
         time.sleep(BEAT_S + 5)  # every worker through a beat: the snapshot and the sweeper elected
-        total, hgetall, cpu = window(store, sim, seconds)
+        _, cpu_with = cpu_window(store, sim, seconds)
+        with Monitor(server.url) as monitor:
+            time.sleep(seconds)
         figures["rss"] = statistics.median(rss_mb(worker.pid) for worker in workers)
-        rows_read = hgetall  # each whole-registry read is one HGETALL per row
-        figures["own"] = (total - rows_read) / len(REAL)
-        figures["shared_per_row"] = rows_read / count
-        figures["cpu_per_host"] = cpu / len(REAL)
+        figures["own"] = monitor.own / seconds / len(REAL)
+        figures["shared"] = monitor.shared / seconds
+        extra = max(0.0, cpu_with - cpu_alone)  # what the workers' own and the shared work cost Valkey
+        own_part = monitor.own / monitor.sent if monitor.sent else 0.0
+        figures["cpu_own"] = extra * own_part / len(REAL)  # per real host, its beat aside (in cpu_alone)
+        figures["cpu_shared"] = extra * (1 - own_part)
+        figures["cpu_beat"] = cpu_alone / max(1, count)  # each simulated host's beat
         figures["top"] = timed_cli(server.url, "top", "--once")
         figures["hosts"] = timed_cli(server.url, "hosts")
-        figures["audit"] = timed_cli(server.url, "audit", "-i", str(inventory(root)), "--live")
-        figures["sweep"] = asyncio.run(sweep_time(server.url))
+        figures["audit"] = timed_cli(server.url, "audit", "-i", str(inventory(root, 0)), "--live")
+        figures["audit_all"] = timed_cli(server.url, "audit", "-i", str(inventory(root, count)), "--live")
         figures["route"] = asyncio.run(routing(server.url))
         for worker in workers:
             worker.terminate()
         for worker in workers:
             worker.wait(60)
-        plain = subprocess.Popen([sys.executable, "-c", PLAIN, server.url])
+        figures["sweep"] = asyncio.run(sweep_time(server.url))
+        plain = subprocess.Popen([sys.executable, "-c", PLAIN_BULLMQ_WORKER, server.url])
         time.sleep(8)
-        figures["plain"] = window(store, sim, seconds)[0]
+        figures["plain"] = cpu_window(store, sim, seconds)[0]
         figures["plain_rss"] = rss_mb(plain.pid)
         plain.terminate()
         plain.wait(30)
@@ -272,19 +331,20 @@ def main() -> int:
             server.stop()
     print("\nidle store load (commands/s) and reads; three real workers among N simulated hosts")
     header = (
-        f"{'N':>6} {'own c/s':>8} {'plain':>6} {'ratio':>6} {'shared/row':>10} {'fleet c/s':>10} {'cpu/host':>9} "
-        f"{'route ms':>8} {'view s':>6} {'abst':>4} {'top s':>6} {'hosts s':>7} {'audit s':>7} {'sweep s':>7} "
-        f"{'sweep cmds':>10} {'rss MB':>7} {'plain MB':>8}"
+        f"{'N':>6} {'own c/s':>8} {'plain':>6} {'ratio':>6} {'shared/row':>10} {'fleet c/s':>10} {'fleet cpu':>9} "
+        f"{'route ms':>8} {'view s':>6} {'abst':>4} {'top s':>6} {'cmds':>6} {'hosts s':>7} {'audit s':>7} "
+        f"{'cmds':>6} {'+inv s':>6} {'sweep s':>7} {'cmds':>6} {'next':>5} {'rss MB':>7} {'plain MB':>8}"
     )
     print(header)
     for f in rows:
-        fleet = f["n"] * f["own"] + f["shared_per_row"] * f["n"]
+        fleet = f["n"] * f["own"] + f["shared"]
+        fleet_cpu = f["n"] * (f["cpu_own"] + f["cpu_beat"]) + f["cpu_shared"]
         print(
             f"{f['n']:>6} {f['own']:>8.2f} {f['plain']:>6.2f} {f['own'] / f['plain']:>6.2f} "
-            f"{f['shared_per_row']:>10.3f} {fleet:>10.0f} {f['cpu_per_host'] * 100:>8.3f}% "
-            f"{f['route'][0]:>8.3f} {f['route'][1]:>6.1f} {f['route'][2]:>4} {f['top'][0]:>6.2f} "
-            f"{f['hosts'][0]:>7.2f} {f['audit'][0]:>7.2f} {f['sweep'][0]:>7.3f} {f['sweep'][1]:>10} "
-            f"{f['rss']:>7.1f} {f['plain_rss']:>8.1f}"
+            f"{f['shared'] / f['n']:>10.3f} {fleet:>10.0f} {fleet_cpu * 100:>8.2f}% "
+            f"{f['route'][0]:>8.3f} {f['route'][1]:>6.1f} {f['route'][2]:>4} {f['top'][0]:>6.2f} {f['top'][1]:>6} "
+            f"{f['hosts'][0]:>7.2f} {f['audit'][0]:>7.2f} {f['audit'][1]:>6} {f['audit_all'][0]:>6.1f} "
+            f"{f['sweep'][0]:>7.3f} {f['sweep'][1]:>6} {f['sweep'][3]:>5} {f['rss']:>7.1f} {f['plain_rss']:>8.1f}"
         )
     return 0
 

@@ -1,3 +1,3 @@
-from pi_dispatch.cli.app import main
+from pi_dispatch.cli import main
 
 main()

@@ -22,9 +22,10 @@ from pi_dispatch.audit.drift import (
 )
 from pi_dispatch.audit.findings import CODES, SEVERITIES, Finding, Report, Severity
 from pi_dispatch.config.hostvars import InventoryHost, host_problems
-from pi_dispatch.config.worker_settings import rehome_after_ms, steal_after_ms
+from pi_dispatch.config.worker_settings import steal_after_ms
 from pi_dispatch.core.capabilities import CAP_SECRET, DEFAULT_SECRET_TOKEN, job_needs, need_label, profile_variable
 from pi_dispatch.core.reasons import Reason
+from pi_dispatch.core.rehoming import rehome_after_ms
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
 from pi_dispatch.fleet.registry import InvalidRow
 from pi_dispatch.fleet.steal import Waiting

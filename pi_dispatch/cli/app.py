@@ -6,7 +6,7 @@ Exit codes: 0 ok, 1 findings or runtime failure, 2 usage or config error.
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.markup import escape
@@ -56,12 +56,17 @@ app.command()(drain)
 app.command()(resume)
 
 
+def report(error: PiDispatchError) -> NoReturn:
+    """A refusal, said in one message without a traceback, and its exit status (2 for a config error)."""
+    if isinstance(error, ConfigError):
+        errors.print(f"[red]config error[/red]\n{escape(str(error))}")
+    else:
+        errors.print(f"[red]error[/red]: {escape(str(error))}")
+    sys.exit(error.exit_code)
+
+
 def main() -> None:
     try:
         app()
-    except ConfigError as error:
-        errors.print(f"[red]config error[/red]\n{escape(str(error))}")
-        sys.exit(error.exit_code)
     except PiDispatchError as error:
-        errors.print(f"[red]error[/red]: {escape(str(error))}")
-        sys.exit(error.exit_code)
+        report(error)

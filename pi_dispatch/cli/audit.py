@@ -63,15 +63,15 @@ def audit(
     from pi_dispatch.audit.placement import audit as run_audit
     from pi_dispatch.console.progress import progress
     from pi_dispatch.console.tables import print_report
-    from pi_dispatch.fleet.inventory import load_inventory
+    from pi_dispatch.fleet.inventory import load_fleet
     from pi_dispatch.infra.clock import wall_ms
 
     with progress(console, quiet=as_json) as shown:
         step = shown.add_task("Loading the inventory", total=1)
-        hosts = load_inventory(inventory, extra_variables(extra_vars))
+        hosts, receiver_files = load_fleet(inventory, extra_variables(extra_vars))
         shown.update(step, completed=1)
         _check_simulated(hosts, simulate_down or [], inventory)
-        loaded, host_triggers = _load_triggers(shown, inventory, hosts, triggers or [])
+        loaded, host_triggers = _load_triggers(shown, receiver_files, hosts, triggers or [])
         rows, state, host_queues, invalid_rows, waiting = (
             _read_live(shown, url) if live or url else (None, "off", [], [], [])
         )
@@ -113,18 +113,17 @@ def _check_simulated(hosts: Sequence[InventoryHost], simulate_down: Sequence[str
 
 
 def _load_triggers(
-    shown: Any, inventory: Path, hosts: Sequence[InventoryHost], given: Sequence[Path]
+    shown: Any, receiver_files: Sequence[Path], hosts: Sequence[InventoryHost], given: Sequence[Path]
 ) -> tuple[list[Trigger], dict[str, list[Trigger]]]:
     """The triggers files' triggers (the given ones, else the inventory's receivers' and workers' own, as the roles
     deploy them), and each host's cron, judged where it runs."""
     from pi_dispatch.audit.cron import hosts_cron
-    from pi_dispatch.fleet.inventory import receiver_triggers
     from pi_dispatch.triggers.file import load_triggers
 
     host_files = {host.name: source for host in hosts if (source := host.triggers_source) is not None}
     files = list(given)
     if not files:
-        declared = dict.fromkeys([*receiver_triggers(inventory), *host_files.values()])
+        declared = dict.fromkeys([*receiver_files, *host_files.values()])
         files = [path for path in declared if path.is_file()]
     step = shown.add_task("Reading the triggers files", total=len(files) + len(host_files))
     loaded = []

@@ -23,17 +23,28 @@ def top(
     once: Annotated[
         bool, typer.Option("--once", help="Print one frame and exit (1 when Valkey is unreachable).")
     ] = False,
+    rows: Annotated[
+        int,
+        typer.Option("--rows", min=0, help="At most this many hosts and queues, those needing a look first (0: all)."),
+    ] = 40,
 ) -> None:
     """The fleet live, about once a second: hosts, queues by state, the latest runs. q or Ctrl-C leaves; a pipe
     gets one frame, as with --once."""
     from pi_dispatch.cli.reads import valkey_url
-    from pi_dispatch.config.worker_settings import rehome_after_ms
     from pi_dispatch.console.top import watch
+    from pi_dispatch.core.rehoming import rehome_after_ms
 
     password = os.environ.get("VALKEY_PASSWORD") or None
     raise typer.Exit(
         asyncio.run(
-            watch(console, valkey_url(url), password, rehome_after_ms(None), once=once or not console.is_terminal)
+            watch(
+                console,
+                valkey_url(url),
+                password,
+                rehome_after_ms(None),
+                once=once or not console.is_terminal,
+                rows=rows,
+            )
         )
     )
 
@@ -46,8 +57,8 @@ def hosts(
     """The live host registry (name, routes, caps, staleness, version, tz, free slots, and how many of the jobs
     waiting it could run) and each named host's queue."""
     from pi_dispatch.cli.reads import read_fleet, valkey_url
-    from pi_dispatch.config.worker_settings import rehome_after_ms
     from pi_dispatch.console.tables import print_host_queues, print_hosts
+    from pi_dispatch.core.rehoming import rehome_after_ms
     from pi_dispatch.fleet.backlog import runnable
     from pi_dispatch.infra.clock import wall_ms
 

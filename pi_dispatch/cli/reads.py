@@ -12,11 +12,13 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from pi_dispatch.core.errors import PiDispatchError
-from pi_dispatch.fleet.backlog import read_backlog
+from pi_dispatch.core.keys import SHARED_QUEUE
+from pi_dispatch.fleet.backlog import BACKLOG_READ
 from pi_dispatch.fleet.hosts import HostQueue
 from pi_dispatch.fleet.mirror import MirroredRuns, merge_runs, read_mirrored_runs
+from pi_dispatch.fleet.queueview import read_queues
 from pi_dispatch.fleet.registry import LiveHosts, Unreachable, read_live_hosts
-from pi_dispatch.fleet.rehome import known_host_queues, read_host_queues
+from pi_dispatch.fleet.rehome import known_host_queues
 from pi_dispatch.fleet.steal import Waiting
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL, connect, describe, with_password
@@ -56,8 +58,8 @@ async def _fleet(client: Any) -> FleetRead:
         return FleetRead(live, [], [])
     try:
         names = await known_host_queues(client, live.hosts)
-        host_queues = await read_host_queues(client, live.hosts, wall_ms(), names=names)
-        return FleetRead(live, host_queues, await read_backlog(client, [queue.queue for queue in host_queues]))
+        read = await read_queues(client, [SHARED_QUEUE, *names], live.hosts, wall_ms(), backlog=BACKLOG_READ)
+        return FleetRead(live, read.queues[1:], read.waiting)
     except (RedisError, OSError, TimeoutError):
         return FleetRead(live, [], [])
 

@@ -44,13 +44,13 @@ from pi_dispatch.config.sources import ENVIRONMENT, HostFacts, MachineDefaults
 from pi_dispatch.core.errors import Problem
 from pi_dispatch.core.jscompat import DAY_MS
 from pi_dispatch.core.names import HOST_VAR_PREFIX
+from pi_dispatch.core.rehoming import REHOME_AFTER_MS, REHOME_FLOOR_MS
 from pi_dispatch.core.waits import WAIT_INTERVAL_FLOOR_MS
 from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL
 
 # The env-file grammar allowed 15 digits before any bound was declared; a setting with no natural limit keeps that.
 WHOLE_MAX: Final = 999_999_999_999_999
 # A host silent for less than this is restarting, not gone; re-homing any sooner would race its own return.
-REHOME_FLOOR_MS: Final = 10_000
 
 
 MS = "a whole number of milliseconds"
@@ -232,7 +232,7 @@ class WorkerSettings(DeclaredSettings):
     )
     rehome_after_ms: WholeMs = unbounded(
         "PI_REHOME_AFTER_MS",
-        120_000,
+        REHOME_AFTER_MS,
         f"How long a named host may be silent (no live registry row) before live workers move the jobs on its "
         f"queue to the live fleet; raised to at least {REHOME_FLOOR_MS}. Longer than a restart takes.",
     )
@@ -355,13 +355,6 @@ def host_variable(field_name: str, info: FieldInfo) -> str | None:
     if declared == ENV_ONLY:
         return None
     return HOST_VAR_PREFIX + str(declared or field_name)
-
-
-def rehome_after_ms(declared: object) -> int:
-    """The re-homing threshold a host runs with, from what its inventory declares (the default when nothing)."""
-    value = declared if isinstance(declared, int) and not isinstance(declared, bool) else None
-    default = WorkerSettings.model_fields["rehome_after_ms"].default
-    return max(REHOME_FLOOR_MS, value if value is not None else int(default))
 
 
 def steal_after_ms(declared: object) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +20,8 @@ from pi_dispatch.fleet.mirror import hosts_in
 from pi_dispatch.fleet.registry import InvalidRow
 
 STYLE = {"error": "red", "warning": "yellow", "info": "green"}
+# A fleet of thousands can have a finding per host: the table shows this many of each code, and says how many more.
+FINDINGS_PER_CODE = 10
 
 
 def print_report(console: Console, report: Report) -> None:
@@ -34,12 +37,21 @@ def print_report(console: Console, report: Report) -> None:
         table.add_column("code", no_wrap=True)
         for column, ratio in (("subject", 3), ("finding", 5), ("fix", 4)):
             table.add_column(column, ratio=ratio, overflow="fold")
+        shown: Counter[str] = Counter()
         for finding in rows:
+            shown[finding.code] += 1
+            if shown[finding.code] > FINDINGS_PER_CODE:
+                continue
             code = finding.code + (" (accepted)" if finding.code in report.accepted else "")
             table.add_row(
                 *(visible(text, 2_000) for text in (code, finding.subject, finding.message)),
                 visible(finding.fix or "-", 2_000),
             )
+        for code, count in shown.items():
+            if count > FINDINGS_PER_CODE:
+                more = f"{count - FINDINGS_PER_CODE} more like the {FINDINGS_PER_CODE} above"
+                table.add_row(visible(code, 2_000), Text(more), Text("the same finding on other subjects"),
+                              Text("--json lists every one"))  # fmt: skip
         console.print(table)
     if report.accepted:
         console.print(visible(f"accepted on purpose, not counted: {', '.join(sorted(report.accepted))}", 2_000))
@@ -85,13 +97,19 @@ def print_hosts(
 
 
 def print_host_queues(console: Console, queues: list[HostQueue], after_ms: int, now_ms: int) -> None:
-    """Each named host's queue: what it holds, and when its jobs move if its host is silent."""
+    """Each named host's queue that holds a job or whose host is silent: what it holds, and when its jobs move if
+    its host is silent. A live host's empty queue is counted, not listed (a fleet of thousands has thousands)."""
+    listed = [
+        queue for queue in queues if queue.counts.total + queue.counts.failed > 0 or queue.silent_since_ms is not None
+    ]
+    empty = f", {len(queues) - len(listed)} of live hosts empty" if len(listed) < len(queues) else ""
     table = Table(
-        title=f"Host queues ({len(queues)}); a silent host's jobs move to the live fleet after {after_ms // 1000} s"
+        title=f"Host queues ({len(queues)}{empty}); a silent host's jobs move to the live fleet after "
+        f"{after_ms // 1000} s"
     )
     for column in ("queue", "jobs", "host", "re-homed"):
         table.add_column(column)
-    for queue in queues:
+    for queue in listed:
         due = queue.due_ms(after_ms)
         if queue.silent_since_ms is None or due is None:
             host, when = "live", "-"

@@ -1,12 +1,13 @@
 """`pi-dispatch top`: the fleet as it runs, one frame about every second.
 
 A frame costs a few round trips whatever the store holds: the registry (SMEMBERS, then one pipelined HGETALL per
-host), the silent hosts (`rehome:silent`), every host queue's counters, re-home clock and oldest waiting job in
-one pipeline and its timestamp in another, the oldest jobs waiting on every queue (two pipelines: how many each
-host could run, beside its used/total slots), and the newest mirrored runs (ZREVRANGEBYSCORE with a LIMIT, then
-MGET). The host queues shown are those of the registry's routable hosts, of the silent hosts (a re-home sweep
-also SCANs for queues nobody registered, every ten minutes fleet-wide) and any seen before. An unreachable store
-gives a frame that says so, and the next frame tries again.
+host), the silent hosts (`rehome:silent`), every queue's counters, re-home clock and oldest waiting jobs in one
+(`fleet/queueview.py`; from those, how many each host could run, beside its used/total slots), and the newest
+mirrored runs (ZREVRANGEBYSCORE with a LIMIT, then MGET). The host queues read are those of the registry's
+routable hosts, of the silent hosts (a re-home sweep also SCANs for queues nobody registered, every ten minutes
+fleet-wide) and any seen before. A frame of a large fleet shows at most ROWS lines per table, what needs a look
+first, and says how many it left out. An unreachable store gives a frame that says so, and the next frame tries
+again.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -29,12 +30,13 @@ from pi_dispatch.console.terminal import plain, visible
 from pi_dispatch.core.capabilities import is_draining, is_live, is_stuck
 from pi_dispatch.core.jscompat import finite, iso_string, js_number
 from pi_dispatch.core.keys import SHARED_QUEUE
-from pi_dispatch.fleet.backlog import read_backlog, runnable, shown_count
+from pi_dispatch.fleet.backlog import BACKLOG_READ, runnable, shown_count
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
 from pi_dispatch.fleet.liveness import not_draining
 from pi_dispatch.fleet.mirror import read_mirrored_runs
+from pi_dispatch.fleet.queueview import read_queues
 from pi_dispatch.fleet.registry import InvalidRow, LiveHosts, read_live_hosts
-from pi_dispatch.fleet.rehome import known_host_queues, oldest_waiting_ms, queue_counts, read_host_queues
+from pi_dispatch.fleet.rehome import known_host_queues
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.valkey import connect, describe, shown
 
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
 REFRESH_S: Final = 1.0
+ROWS: Final = 40  # per table, unless asked otherwise
 LATEST_RUNS: Final = 10
 QUIT_KEYS: Final = frozenset(b"qQ")
 
@@ -76,16 +79,15 @@ class FrameReader:
             return Frame(now_ms, self.store, unreachable=live.reason)
         try:
             self.known.update(await known_host_queues(self.client, live.hosts))
-            shared = await queue_counts(self.client, SHARED_QUEUE)
-            queues = [HostQueue(SHARED_QUEUE, "", shared, None, await oldest_waiting_ms(self.client, SHARED_QUEUE))]
-            queues += await read_host_queues(self.client, live.hosts, now_ms, names=sorted(self.known))
-            waiting = await read_backlog(self.client, sorted(self.known))
+            read = await read_queues(
+                self.client, [SHARED_QUEUE, *sorted(self.known)], live.hosts, now_ms, backlog=BACKLOG_READ
+            )
         except Exception as error:  # the store went away between two reads
             return Frame(now_ms, self.store, unreachable=describe(error))
         mirrored = await read_mirrored_runs(self.client, limit=LATEST_RUNS)
-        could = runnable(live.hosts, waiting)
+        could = runnable(live.hosts, read.waiting)
         return Frame(
-            now_ms, self.store, None, live.hosts, live.invalid, queues, mirrored.runs, mirrored.degraded, could
+            now_ms, self.store, None, live.hosts, live.invalid, read.queues, mirrored.runs, mirrored.degraded, could
         )
 
 
@@ -115,11 +117,40 @@ def _routable(row: Mapping[str, object]) -> Text:
     return Text("yes", style="green")
 
 
-def hosts_table(frame: Frame) -> Table:
-    table = Table(title=f"Hosts ({len(frame.hosts)})", expand=True)
+def _used_slots(row: Mapping[str, object]) -> float:
+    total, free = js_number(row.get("concurrency")), js_number(row.get("slotsFree"))
+    return total - free if finite(total) and finite(free) else 0.0
+
+
+def _attention(frame: Frame) -> Callable[[Mapping[str, object]], tuple[int, float, str]]:
+    """A host's place in the frame: one that cannot be routed to (silent, stuck, draining or not draining) first,
+    then the busiest, then by name."""
+
+    def key(row: Mapping[str, object]) -> tuple[int, float, str]:
+        flagged = not is_live(row) or is_stuck(row) or is_draining(row) or not_draining(row, frame.at_ms) is not None
+        return (0 if flagged else 1, -_used_slots(row), str(row.get("name")))
+
+    return key
+
+
+def _more(shown: int, total: int, what: str) -> Text:
+    return (
+        Text(f"… {total - shown} more {what} not shown (--rows 0 shows all)", style="dim")
+        if total > shown
+        else Text("")
+    )
+
+
+def hosts_table(frame: Frame, rows: int = 0) -> Table:
+    """The hosts, those needing a look and the busiest first; at most `rows` of them (0: all)."""
+    chosen = sorted(frame.hosts, key=_attention(frame))
+    chosen = chosen[:rows] if rows > 0 else chosen
+    table = Table(
+        title=f"Hosts ({len(frame.hosts)})", expand=True, caption=_more(len(chosen), len(frame.hosts), "hosts")
+    )
     for column in ("host", "routable", "caps", "beat", "up since", "slots", "could run", "last poll", ""):
         table.add_column(column, overflow="fold")
-    for row in frame.hosts:
+    for row in chosen:
         stale = row.get("staleMs")
         beat = f"{int(stale) // 1000} s ago" if isinstance(stale, int) else "undatable"
         draining = not_draining(row, frame.at_ms)
@@ -137,12 +168,25 @@ def hosts_table(frame: Frame) -> Table:
     return table
 
 
-def queues_table(frame: Frame, rehome_after_ms: int) -> Table:
+def queues_table(frame: Frame, rehome_after_ms: int, rows: int = 0) -> Table:
+    """The shared queue, then the host queues holding jobs, a silent host's first, then the fullest; at most
+    `rows` (0: all); an empty host queue is left out."""
     states = ("waiting", "delayed", "prioritized", "active", "failed")
-    table = Table(title="Queues", expand=True)
+    shared, hosts = frame.queues[:1], frame.queues[1:]
+    holding = sorted(
+        (queue for queue in hosts if queue.counts.total + queue.counts.failed > 0),
+        key=lambda queue: (queue.silent_since_ms is None, -queue.counts.total, queue.queue),
+    )
+    chosen = shared + holding
+    chosen = chosen[:rows] if rows > 0 else chosen
+    empty = len(hosts) - len(holding)
+    note = _more(len(chosen), len(frame.queues) - empty, "queues holding jobs")
+    if empty:
+        note.append(f"{' · ' if note.plain else ''}{empty} empty host queues", style="dim")
+    table = Table(title="Queues", expand=True, caption=note)
     for column in ("queue", *states, "oldest waiting", "re-home"):
         table.add_column(column, justify="right" if column in states else "left")
-    for queue in frame.queues:
+    for queue in chosen:
         counts = queue.counts.by_state()
         due = queue.due_ms(rehome_after_ms)
         if due is None:
@@ -170,15 +214,16 @@ def runs_table(frame: Frame) -> Table:
     return table
 
 
-def render(frame: Frame, rehome_after_ms: int, *, live: bool = True) -> RenderableType:
-    """One frame as rich renderables (`live`: with how to leave); every value from the store is plain text."""
+def render(frame: Frame, rehome_after_ms: int, *, live: bool = True, rows: int = ROWS) -> RenderableType:
+    """One frame as rich renderables (`live`: with how to leave); every value from the store is plain text. Each
+    table shows at most `rows` lines (0: all): a frame of a thousand hosts shows those that need a look."""
     leave = " · q or Ctrl-C to leave" if live else ""
     header = Text(plain(f"pi-dispatch top · {frame.store} · {iso_string(frame.at_ms)}{leave}"))
     if frame.unreachable is not None:
         again = "; trying again every second" if live else ""
         message = f"Valkey is unreachable ({frame.unreachable}){again}."
         return Group(header, Panel(visible(message, 2_000), style="red"))
-    parts: list[RenderableType] = [header, hosts_table(frame), queues_table(frame, rehome_after_ms)]
+    parts: list[RenderableType] = [header, hosts_table(frame, rows), queues_table(frame, rehome_after_ms, rows)]
     if frame.invalid:
         parts.append(Text(plain(f"{len(frame.invalid)} registry rows refused as invalid (see pi-dispatch hosts)")))
     parts.append(runs_table(frame))
@@ -217,16 +262,19 @@ def _keys_that_quit(stop: asyncio.Event) -> Iterator[None]:
             loop.remove_signal_handler(signum)
 
 
-async def watch(console: Console, url: str, password: str | None, rehome_after_ms: int, *, once: bool) -> int:
+async def watch(
+    console: Console, url: str, password: str | None, rehome_after_ms: int, *, once: bool, rows: int | None = None
+) -> int:
     """Print one frame (`once`: exit 1 when the store is unreachable), or refresh full-screen until q or Ctrl-C."""
     from rich.live import Live
 
+    rows = ROWS if rows is None else rows
     client = connect(url, password)
     reader = FrameReader(client, shown(url))
     try:
         if once:
             frame = await reader.read()
-            console.print(render(frame, rehome_after_ms, live=False))
+            console.print(render(frame, rehome_after_ms, live=False, rows=rows))
             return 0 if frame.unreachable is None else 1
         stop = asyncio.Event()
         with (
@@ -234,7 +282,7 @@ async def watch(console: Console, url: str, password: str | None, rehome_after_m
             Live(console=console, screen=True, auto_refresh=False, redirect_stderr=False) as live,
         ):
             while not stop.is_set():
-                live.update(render(await reader.read(), rehome_after_ms), refresh=True)
+                live.update(render(await reader.read(), rehome_after_ms, rows=rows), refresh=True)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), REFRESH_S)
         return 0

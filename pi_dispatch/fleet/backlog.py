@@ -1,7 +1,7 @@
 """What waits that each host could run, for `hosts`, `top` and `audit --live`.
 
-The oldest jobs on the shared queue and on each host queue (at most BACKLOG_READ per queue), read in two round
-trips whatever the store holds, matched against each live row: a host could run a job waiting on its own queue,
+The oldest jobs on the shared queue and on each host queue (at most BACKLOG_READ per queue, read with their
+queues by `fleet/queueview.py`), matched against each live row: a host could run a job waiting on its own queue,
 one on the shared queue whose needs its caps meet, and (a named host, by stealing) one on a peer's queue whose
 needs it meets and that is not bound to its host.
 """
@@ -11,23 +11,15 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from pi_dispatch.core.capabilities import is_draining, is_live, job_needs, serving_caps
 from pi_dispatch.core.jscompat import finite, js_number
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
 from pi_dispatch.fleet.hosts import FleetHost
-from pi_dispatch.fleet.steal import Waiting, read_waiting
-
-if TYPE_CHECKING:
-    import redis.asyncio as aioredis
+from pi_dispatch.fleet.steal import Waiting
 
 BACKLOG_READ: Final = 50  # per queue: a count at this many reads "50+"
-
-
-async def read_backlog(client: aioredis.Redis, host_queues: Sequence[str]) -> list[Waiting]:
-    """The oldest jobs waiting on the shared queue and on each host queue."""
-    return await read_waiting(client, [SHARED_QUEUE, *host_queues], BACKLOG_READ)
 
 
 def could_run(row: Mapping[str, object], job: Waiting) -> bool:
@@ -83,7 +75,7 @@ def runnable(rows: Sequence[Mapping[str, object]], waiting: Sequence[Waiting]) -
         name, caps = str(row.get("name")), serving_caps(row)
         queue = host_queue_name(name)
         total = grouped.own[queue] + sum(count for needs, count in grouped.shared.items() if needs <= caps)
-        if FleetHost.of_row(row).routes == "true":
+        if row.get("routes") == "true":  # a declared name: it steals (`FleetHost.of_row(row).routes`)
             total += sum(count for needs, count in grouped.stealable.items() if needs <= caps)
             total -= sum(count for needs, count in grouped.stealable_on.get(queue, {}).items() if needs <= caps)
         counts[name] = total

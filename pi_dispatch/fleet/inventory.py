@@ -37,10 +37,11 @@ def _plain(value: object) -> Any:
     return value
 
 
-def _hosts_of(
-    path: Path, group_name: str, prefix: str, required: bool, extra: Mapping[str, Any] | None = None
-) -> list[InventoryHost]:
-    """The hosts of one group with their templated `prefix*` variables; the group must exist when required.
+def _groups_of(
+    path: Path, wanted: Mapping[str, tuple[str, bool]], extra: Mapping[str, Any] | None = None
+) -> dict[str, list[InventoryHost]]:
+    """The hosts of each wanted group (its name: the variable prefix kept, and whether it must exist) with their
+    templated variables, from one load of the inventory (a fleet of thousands takes seconds to load).
     extra: variables given on the command line (`-e`), which win over the inventory's, as Ansible's extra vars do."""
     require("controller", "ansible")
     from ansible.errors import AnsibleError
@@ -56,47 +57,60 @@ def _hosts_of(
         loader = DataLoader()
         inventory = InventoryManager(loader=loader, sources=[source])
         variables = VariableManager(loader=loader, inventory=inventory)
-        group = inventory.groups.get(group_name)
-        if group is None:
-            if not required:
-                return []
-            fix = f"put the worker hosts in a group named {group_name}"
-            raise ConfigError([Problem(source, f"has no group {group_name}", source, fix)])
-        hosts = []
-        for host in group.get_hosts():
-            all_vars = variables.get_vars(host=host, include_hostvars=True) | dict(extra or {})
-            ours = {key: value for key, value in all_vars.items() if key.startswith(prefix)}
-            ours |= {"inventory_dir": all_vars.get("inventory_dir")}
-            templated = Templar(loader=loader, variables=all_vars).template(ours)
-            hosts.append(InventoryHost(host.name, _plain(templated), source))
-        return hosts
+        found: dict[str, list[InventoryHost]] = {}
+        for group_name, (prefix, required) in wanted.items():
+            group = inventory.groups.get(group_name)
+            if group is None:
+                if required:
+                    fix = f"put the worker hosts in a group named {group_name}"
+                    raise ConfigError([Problem(source, f"has no group {group_name}", source, fix)])
+                found[group_name] = []
+                continue
+            hosts = found.setdefault(group_name, [])
+            for host in group.get_hosts():
+                all_vars = variables.get_vars(host=host, include_hostvars=True) | dict(extra or {})
+                ours = {key: value for key, value in all_vars.items() if key.startswith(prefix)}
+                ours |= {"inventory_dir": all_vars.get("inventory_dir")}
+                templated = Templar(loader=loader, variables=all_vars).template(ours)
+                hosts.append(InventoryHost(host.name, _plain(templated), source))
+        return found
     except AnsibleError as error:
         raise ConfigError(
             [Problem(source, f"cannot be loaded: {str(error).splitlines()[0]}", source, "fix the inventory")]
         ) from error
 
 
-def load_inventory(path: Path, extra: Mapping[str, Any] | None = None) -> list[InventoryHost]:
-    """The worker hosts of an inventory (file or directory), in inventory order."""
-    hosts = _hosts_of(path, WORKERS_GROUP, PREFIX, required=True, extra=extra)
+def _folder(path: Path, host: InventoryHost) -> str:
+    return str(host.vars.get("inventory_dir") or (path if path.is_dir() else path.parent))
+
+
+def _workers(path: Path, hosts: list[InventoryHost]) -> list[InventoryHost]:
     return [
         InventoryHost(
-            host.name,
-            {k: v for k, v in host.vars.items() if k != "inventory_dir"},
-            host.source,
-            str(host.vars.get("inventory_dir") or (path if path.is_dir() else path.parent)),
+            host.name, {k: v for k, v in host.vars.items() if k != "inventory_dir"}, host.source, _folder(path, host)
         )
         for host in hosts
     ]
 
 
-def receiver_triggers(path: Path) -> list[Path]:
-    """The triggers files the inventory's receivers serve (`pi_dispatch_receiver_triggers_source`, else the
-    `triggers.json` beside the inventory), as the role deploys them."""
+def _receiver_files(path: Path, hosts: list[InventoryHost]) -> list[Path]:
     found = []
-    for host in _hosts_of(path, RECEIVERS_GROUP, RECEIVER_PREFIX, required=False):
+    for host in hosts:
         declared = host.vars.get(RECEIVER_PREFIX + "triggers_source")
-        folder = Path(str(host.vars.get("inventory_dir") or (path if path.is_dir() else path.parent)))
+        folder = Path(_folder(path, host))
         file = Path(str(declared)) if declared else folder / "triggers.json"
         found.append(file if file.is_absolute() else folder / file)
     return list(dict.fromkeys(found))
+
+
+def load_inventory(path: Path, extra: Mapping[str, Any] | None = None) -> list[InventoryHost]:
+    """The worker hosts of an inventory (file or directory), in inventory order."""
+    return load_fleet(path, extra)[0]
+
+
+def load_fleet(path: Path, extra: Mapping[str, Any] | None = None) -> tuple[list[InventoryHost], list[Path]]:
+    """The worker hosts (as `load_inventory`) and the triggers files the inventory's receivers serve
+    (`pi_dispatch_receiver_triggers_source`, else the `triggers.json` beside the inventory), as the roles deploy
+    them, from one load."""
+    groups = _groups_of(path, {WORKERS_GROUP: (PREFIX, True), RECEIVERS_GROUP: (RECEIVER_PREFIX, False)}, extra)
+    return _workers(path, groups[WORKERS_GROUP]), _receiver_files(path, groups[RECEIVERS_GROUP])

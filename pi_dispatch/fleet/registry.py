@@ -183,6 +183,13 @@ def _decode(raw: bytes | str) -> str:
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
 
 
+def _decode_row(raw: Mapping[bytes, bytes] | Mapping[str, str]) -> dict[str, str]:
+    try:  # a client that does not decode answers bytes, field and value alike: the fleet-sized path
+        return {key.decode("utf-8", "replace"): value.decode("utf-8", "replace") for key, value in raw.items()}  # type: ignore[union-attr]
+    except AttributeError:
+        return {_decode(key): _decode(value) for key, value in raw.items()}
+
+
 def host_from_row(member: str, row: Mapping[str, str], now_ms: int) -> dict[str, object] | InvalidRow:
     """A reader's host: the row's fields, its name, and `staleMs` when the row can be dated; or why it is refused.
 
@@ -237,7 +244,7 @@ async def read_live_hosts(
         if not raw_row:
             ghosts.append(member)
             continue
-        row = {_decode(key): _decode(value) for key, value in raw_row.items()}
+        row = _decode_row(raw_row)
         read = host_from_row(member, row, now_ms)
         if isinstance(read, InvalidRow):
             invalid.append(read)

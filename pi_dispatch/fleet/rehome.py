@@ -15,7 +15,9 @@ that dies mid-sweep is taken over when it expires). A sweep costs what the silen
 looks only at the hosts whose rows say they are silent and those in `rehome:silent` (a host whose row went away:
 it stopped, or a reader pruned its expired entry), one pipeline for all of them, and drops a host from that set
 once it is back or its queue holds nothing; every FULL_SCAN_MS, fleet-wide, it also SCANs for host queues nobody
-registered. The operator's reads (`hosts`, `top`, `audit --live`) read every queue they show in two pipelines.
+registered, and a silent host whose last look found nothing movable (only jobs bound to it) is looked at again
+only once what its queue holds, or its last event, changes (or every FULL_SCAN_MS). The operator's reads
+(`hosts`, `top`, `audit --live`) read every queue they show with `fleet/queueview.py`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pi_dispatch.core.capabilities import RouteTable, is_live, job_needs
 from pi_dispatch.core.jobs import LOCAL_KIND
 from pi_dispatch.core.jscompat import DAY_MS
 from pi_dispatch.core.keys import (
+    BULL_PREFIX,
     HOST_QUEUE_META_PATTERN,
     REHOME_LEASE,
     REHOME_SCAN,
@@ -43,7 +46,7 @@ from pi_dispatch.core.keys import (
     rehome_since_key,
     worker_of_queue,
 )
-from pi_dispatch.fleet.hosts import FleetHost, HostQueue, QueueCounts, silent_since
+from pi_dispatch.fleet.hosts import FleetHost, QueueCounts, silent_since
 from pi_dispatch.fleet.moves import ID_TAKEN, JobMover
 from pi_dispatch.fleet.registry import LiveHosts, beating, read_live_hosts
 from pi_dispatch.fleet.snapshot import FleetView, fleet_view
@@ -107,56 +110,22 @@ async def queue_counts(client: aioredis.Redis, queue: str, timeout_s: float = OP
     return QueueCounts(int(waiting), int(delayed), int(prioritized), int(active), int(failed))
 
 
-async def read_host_queues(
-    client: aioredis.Redis,
-    hosts: list[dict[str, object]],
-    now_ms: int,
-    timeout_s: float = OP_TIMEOUT_S,
-    names: list[str] | None = None,
-) -> list[HostQueue]:
-    """Each host queue (`names`, else every one a SCAN finds) with its counts, its oldest waiting job and its
-    host's silence, for the re-homer, `hosts`, `audit --live` and `top`: two round trips whatever their number."""
-    queues = names if names is not None else await host_queue_names(client, timeout_s)
-    if not queues:
-        return []
-    rows = {str(row.get("name")): row for row in hosts}
-    pipe = client.pipeline(transaction=False)
-    for queue in queues:
-        pipe.get(rehome_since_key(worker_of_queue(queue) or ""))
-        _count(pipe, queue)
-        pipe.lindex(bull_key(queue, "wait"), -1)
-    answers = await bounded(pipe.execute(), timeout_s)
-    per_queue = 1 + len(COUNTED) + 1
-    oldest_ids = [answers[index * per_queue + per_queue - 1] for index in range(len(queues))]
-    pipe = client.pipeline(transaction=False)
-    for queue, job_id in zip(queues, oldest_ids, strict=True):
-        if job_id is not None:
-            pipe.hget(bull_key(queue, _text(job_id)), "timestamp")
-    stamps = iter(await bounded(pipe.execute(), timeout_s) if any(oldest_ids) else [])
-    found = []
-    for index, queue in enumerate(queues):
-        stored, *counts, job_id = answers[index * per_queue : (index + 1) * per_queue]
-        stored_ms = int(stored) if stored is not None and _text(stored).isdigit() else None
-        host = worker_of_queue(queue) or ""
-        stamp = _text(next(stamps) or b"") if job_id is not None else ""
-        oldest = int(stamp) if stamp.isdigit() else None
-        since = silent_since(rows.get(host), stored_ms, now_ms)
-        found.append(HostQueue(queue, host, QueueCounts(*(int(count) for count in counts)), since, oldest))
-    return found
-
-
-async def oldest_waiting_ms(client: aioredis.Redis, queue: str, timeout_s: float = OP_TIMEOUT_S) -> int | None:
-    """When the job that has waited longest on a queue was added (BullMQ pushes new jobs at the left)."""
-    job_id = await bounded(client.lindex(bull_key(queue, "wait"), -1), timeout_s)
-    if job_id is None:
-        return None
-    stamp = await bounded(client.hget(bull_key(queue, _text(job_id)), "timestamp"), timeout_s)
-    text = _text(stamp) if stamp is not None else ""
-    return int(text) if text.isdigit() else None
-
-
 def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True)
+class QueueHeld:
+    """What a silent host's queue holds, as a sweep compares it with the last sweep's."""
+
+    waiting: int
+    delayed: int
+    prioritized: int
+    active: int
+    last_event: str
+
+
+SilentState = tuple[int, bool, QueueHeld]  # silent since, that stored already, what its queue holds
 
 
 @dataclass
@@ -169,7 +138,9 @@ class Rehomer:
     lock_duration_ms: int
     log: EventLog = discard
     now: Callable[[], int] = wall_ms
-    _queues: dict[str, Any] = field(default_factory=dict, repr=False)
+    _bullmq: Any = field(default=None, repr=False)  # BullMQ's connection, for its stalled-job script
+    # silent hosts whose last attempt found nothing movable: what their queue held then, and when
+    _settled: dict[str, tuple[QueueHeld, int]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._mover = JobMover(self.client)
@@ -232,18 +203,34 @@ class Rehomer:
         watched = {host: state[0] for host, state in states.items() if state is not None}
         if watched:
             pipe.zadd(REHOME_SILENT, dict.fromkeys(watched, now), nx=True)
-        for host, (since, stored) in ((h, s) for h, s in states.items() if s is not None):
+        for host, (since, stored, _) in ((h, s) for h, s in states.items() if s is not None):
             if not stored:
                 pipe.set(rehome_since_key(host), str(since), px=SINCE_TTL_MS)
         await bounded(pipe.execute(), OP_TIMEOUT_S)
+        for host in set(self._settled) - set(watched):
+            del self._settled[host]
         moved = 0
         for host, since in sorted(watched.items()):
-            if now < since + self.after_ms or moved >= MOVES_PER_SWEEP or await self._beats_now(host, now):
+            if now < since + self.after_ms or moved >= MOVES_PER_SWEEP or self._unchanged(host, states, now):
+                continue
+            if await self._beats_now(host, now):
                 continue
             queue = host_queue_name(host)
             await self._recover_stalled(queue)
-            moved += await self._move_jobs(queue, table, MOVES_PER_SWEEP - moved)
+            here = await self._move_jobs(queue, table, MOVES_PER_SWEEP - moved)
+            moved += here
+            state = states[host]
+            if here == 0 and state is not None and state[2].active == 0:
+                self._settled[host] = (state[2], now)  # nothing movable: not looked at again until it changes
+            else:
+                self._settled.pop(host, None)
         return moved
+
+    def _unchanged(self, host: str, states: dict[str, SilentState | None], now: int) -> bool:
+        """Whether a due host's queue is as the last attempt left it with nothing movable (only jobs bound to it):
+        its counts and its last event the same, no job active, and that attempt under FULL_SCAN_MS ago."""
+        settled, state = self._settled.get(host), states.get(host)
+        return settled is not None and state is not None and settled[0] == state[2] and now - settled[1] < FULL_SCAN_MS
 
     async def _beats_now(self, host: str, now: int) -> bool:
         """Whether the host's own row says it is live now: the snapshot can be a beat behind a host that is back."""
@@ -258,37 +245,43 @@ class Rehomer:
 
     async def _silent_states(
         self, hosts: list[str], rows: list[dict[str, object]], now: int
-    ) -> dict[str, tuple[int, bool] | None]:
-        """Per silent host, in one round trip: since when it is silent and whether that is stored already; None
-        when its queue holds nothing at all (no job waits for it to come back)."""
+    ) -> dict[str, SilentState | None]:
+        """Per silent host, in one round trip: since when it is silent, whether that is stored already, and what its
+        queue holds (with its last event, which any add, move or removal changes); None when it holds nothing at
+        all (no job waits for it to come back)."""
         pipe = self.client.pipeline(transaction=False)
         for host in hosts:
             queue = host_queue_name(host)
             pipe.get(rehome_since_key(host))
             for suffix, command in COUNTED[:4]:  # waiting, delayed, prioritized, active
                 getattr(pipe, command)(bull_key(queue, suffix))
+            pipe.xrevrange(bull_key(queue, "events"), count=1)
         answers = await bounded(pipe.execute(), OP_TIMEOUT_S) if hosts else []
         by_name = {str(row.get("name")): row for row in rows}
-        states: dict[str, tuple[int, bool] | None] = {}
+        states: dict[str, SilentState | None] = {}
         for index, host in enumerate(hosts):
-            stored, *counts = answers[index * 5 : index * 5 + 5]
+            stored, *counts, last_event = answers[index * 6 : index * 6 + 6]
             if not any(int(count) for count in counts):
                 states[host] = None
                 continue
             stored_ms = int(stored) if stored is not None and _text(stored).isdigit() else None
             since = silent_since(by_name.get(host), stored_ms, now)
-            states[host] = (since if since is not None else now, stored_ms is not None)
+            waiting, delayed, prioritized, active = (int(count) for count in counts)
+            held = QueueHeld(waiting, delayed, prioritized, active, _text(last_event[0][0]) if last_event else "")
+            states[host] = (since if since is not None else now, stored_ms is not None, held)
         return states
 
     async def _recover_stalled(self, queue: str) -> None:
-        """BullMQ's own check: active jobs whose lock has expired go back to waiting (two sweeps at most)."""
-        if queue not in self._queues:
-            from bullmq import Queue
+        """BullMQ's own check: active jobs whose lock has expired go back to waiting (two sweeps at most). One
+        BullMQ connection serves every queue: each loads BullMQ's every script, too much to hold per silent host."""
+        from bullmq.scripts import Scripts
 
-            self._queues[queue] = Queue(queue, {"connection": self.connection})
-        stalled = await bounded(
-            self._queues[queue].scripts.moveStalledJobsToWait(MAX_STALLS, self.lock_duration_ms), OP_TIMEOUT_S
-        )
+        if self._bullmq is None:
+            from bullmq.redis_connection import RedisConnection
+
+            self._bullmq = RedisConnection(self.connection)
+        scripts = Scripts(BULL_PREFIX, queue, self._bullmq)
+        stalled = await bounded(scripts.moveStalledJobsToWait(MAX_STALLS, self.lock_duration_ms), OP_TIMEOUT_S)
         for job_id in stalled or []:
             self.log("job_stalled_on_silent_host", {"jobId": _text(job_id), "queue": queue})
 
@@ -339,7 +332,7 @@ class Rehomer:
         return 0
 
     async def close(self) -> None:
-        for queue in self._queues.values():
+        if self._bullmq is not None:
             with contextlib.suppress(Exception):
-                await bounded(queue.close(), OP_TIMEOUT_S)
-        self._queues.clear()
+                await bounded(self._bullmq.close(), OP_TIMEOUT_S)
+            self._bullmq = None

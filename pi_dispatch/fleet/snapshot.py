@@ -35,8 +35,10 @@ from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-# The fields a snapshot keeps of each row: what routing, liveness, stealing and re-homing read.
-SNAPSHOT_FIELDS: Final = ("name", "beatAt", "routes", "caps", "consumer", "draining", "slotsFree", "concurrency")
+# The fields a snapshot keeps of each row: what routing, liveness, stealing, re-homing and cron's refusals read.
+SNAPSHOT_FIELDS: Final = (
+    "name", "beatAt", "routes", "caps", "consumer", "draining", "slotsFree", "concurrency", "tz", "fpCron",
+)  # fmt: skip
 MAX_AGE_MS: Final = 3 * HOST_BEAT_MS  # past this a snapshot is not evidence of anything
 TTL_MS: Final = 4 * HOST_BEAT_MS
 
@@ -87,13 +89,20 @@ async def publish(
     if not isinstance(live, LiveHosts):
         return live
     at = now()
-    document = {"at": at, "rows": [_compact(row) for row in live.hosts]}
+    rows = [_compact(row) for row in live.hosts]
     pipe = client.pipeline(transaction=False)
-    pipe.set(HOST_SNAPSHOT, json.dumps(document, separators=(",", ":")), px=TTL_MS)
+    pipe.set(HOST_SNAPSHOT, json.dumps({"at": at, "rows": rows}, separators=(",", ":")), px=TTL_MS)
     if live.ghosts:
         pipe.zadd(REHOME_SILENT, dict.fromkeys(live.ghosts, at), nx=True)
     await bounded(pipe.execute(), timeout_s)
-    return live
+    # the publisher keeps what every other reader sees: the snapshot's fields, not whole rows
+    compact: list[dict[str, object]] = []
+    for row, host in zip(rows, live.hosts, strict=True):
+        kept: dict[str, object] = dict(row)
+        if "staleMs" in host:
+            kept["staleMs"] = host["staleMs"]
+        compact.append(kept)
+    return LiveHosts(compact, live.invalid, live.ghosts)
 
 
 async def fleet_view(

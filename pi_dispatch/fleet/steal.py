@@ -34,7 +34,7 @@ local waiting = redis.call("LLEN", KEYS[1]) + redis.call("ZCARD", KEYS[2])
 if waiting > 0 then redis.call("ZADD", KEYS[3], "NX", ARGV[1], ARGV[2]) else redis.call("ZREM", KEYS[3], ARGV[2]) end
 return waiting
 """
-_FIELDS: Final = ("data", "timestamp", "ats", STOLEN_FIELD, "rjk", "deid")
+JOB_FIELDS: Final = ("data", "timestamp", "ats", STOLEN_FIELD, "rjk", "deid")
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def _text(value: bytes | str | None) -> str:
 
 
 def parse_waiting(queue: str, job_id: str, fields: Sequence[bytes | str | None]) -> Waiting | None:
-    """One job's fields as `_FIELDS` lists them; None for a job that is gone."""
+    """One job's fields as `JOB_FIELDS` lists them; None for a job that is gone."""
     data_text, stamp, taken, stolen, repeat_key, dedup = (_text(value) for value in fields)
     if not data_text and not stamp:
         return None
@@ -108,7 +108,7 @@ async def read_waiting(
         return []
     pipe = client.pipeline(transaction=False)
     for queue, job_id in ids:
-        pipe.hmget(bull_key(queue, job_id), list(_FIELDS))
+        pipe.hmget(bull_key(queue, job_id), list(JOB_FIELDS))
     answers = await bounded(pipe.execute(), timeout_s)
     found = (parse_waiting(queue, job_id, fields) for (queue, job_id), fields in zip(ids, answers, strict=True))
     return [waiting for waiting in found if waiting is not None]

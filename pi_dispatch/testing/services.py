@@ -114,3 +114,26 @@ def worker_process_env(root: Path, url: str, image: str, name: str, **extra: str
         "PI_JOB_CPUS": "0.5",
         **extra,
     }
+
+
+# The anchor a worker's footprint and idle load are measured against: a plain Python BullMQ worker on the same two
+# queues, doing nothing with its jobs (argv[1]: the store's URL).
+PLAIN_BULLMQ_WORKER = """
+import asyncio, sys
+from bullmq import Worker
+async def main():
+    async def process(job, token):
+        return None
+    workers = [Worker(queue, process, {"connection": sys.argv[1]}) for queue in ("pi-jobs", "pi-jobs@plain")]
+    await asyncio.sleep(3600)
+asyncio.run(main())
+"""
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory now, in MB (NaN once it is gone)."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) / 1024
+    return float("nan")

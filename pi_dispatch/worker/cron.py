@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pi_dispatch.core.capabilities import is_live
 from pi_dispatch.core.errors import ConfigError
 from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
+from pi_dispatch.fleet.snapshot import FleetView, fleet_view
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.valkey import bounded, describe
 from pi_dispatch.triggers.file import Trigger
@@ -56,6 +57,7 @@ class CronSchedules:
     triggers: list[Trigger] | None = None
     log: EventLog = discard
     pending: bool = True
+    retrying: bool = False  # a reconcile was refused or failed since the last change: retries read the snapshot
     _queue: Any = field(default=None, repr=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     _tasks: set[asyncio.Task[bool]] = field(default_factory=set, repr=False)
@@ -82,7 +84,7 @@ class CronSchedules:
         before = self.fingerprint
         self._take(triggers)
         if self.fingerprint != before or self.pending:
-            self.pending = True
+            self.pending, self.retrying = True, False
             task = asyncio.ensure_future(self.reconcile())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -99,14 +101,17 @@ class CronSchedules:
                 self.pending = False
                 return True  # no opinion, and the shared queue's schedulers are the other nameless workers'
             try:
-                if (refusal := await self._refusal()) is not None:
+                refusal = await self._refusal()
+                self.retrying = True  # until it succeeds
+                if refusal is not None:
                     self.log("cron_reconcile_refused", refusal)
                     return False
                 installed, removed = await self._apply()
             except Exception as error:  # the store away, or BullMQ refusing: the next beat tries again
+                self.retrying = True
                 self.log("cron_reconcile_failed", {"reason": describe(error)})
                 return False
-            self.pending = False
+            self.pending = self.retrying = False
             self.log(
                 "schedules_reconciled",
                 {"queue": self.queue_name, "installed": installed, "removed": removed, "fpCron": self.fingerprint},
@@ -115,9 +120,15 @@ class CronSchedules:
 
     async def _refusal(self) -> dict[str, object] | None:
         """Why not to reconcile now, from the live peers; None to go ahead. Publishing first means a peer that
-        reconciles after this read sees this host's current zone and fingerprint."""
+        reconciles after this read sees this host's current zone and fingerprint. A retry reads the fleet's snapshot
+        (a beat old at most): a refusal that lasts (a zone mistyped on one host) must not make every refused host
+        read every row every beat."""
         await self.publish()
-        live = await read_live_hosts(self.client)
+        if self.retrying:
+            view = await fleet_view(self.client)
+            live = view.live if isinstance(view, FleetView) else view
+        else:
+            live = await read_live_hosts(self.client)
         if not isinstance(live, LiveHosts):
             return None  # not knowing whether anyone disagrees is not knowing that someone does
         peers = [host for host in live.hosts if is_live(host) and host.get("name") != self.me]

@@ -62,6 +62,38 @@ def test_a_frame_shows_store_values_as_text_and_marks_a_host_that_does_not_drain
     assert "q or Ctrl-C" not in text
 
 
+def test_a_large_fleet_shows_the_hosts_and_queues_that_need_a_look_first_and_says_what_it_left_out() -> None:
+    now = 1_800_000_000_000
+    rows: list[dict[str, object]] = [
+        {"name": f"idle{number:03d}", "routes": "true", "caps": "", "staleMs": 1_000, "concurrency": "2",
+         "slotsFree": "2", "consumer": "ok"}
+        for number in range(200)
+    ]  # fmt: skip
+    rows += [
+        {"name": "zbusy", "routes": "true", "caps": "", "staleMs": 1_000, "concurrency": "4", "slotsFree": "0"},
+        {"name": "zgone", "routes": "true", "caps": "", "staleMs": 900_000},
+    ]
+    queues = [HostQueue("pi-jobs", "", QueueCounts(), None)]
+    queues += [
+        HostQueue(f"pi-jobs@idle{number:03d}", f"idle{number:03d}", QueueCounts(), None) for number in range(200)
+    ]
+    queues += [
+        HostQueue("pi-jobs@zbusy", "zbusy", QueueCounts(waiting=5, active=4), None),
+        HostQueue("pi-jobs@zgone", "zgone", QueueCounts(waiting=1), now - 60_000),
+    ]
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(render(Frame(now, "redis://127.0.0.1:6379", None, rows, [], queues), 120_000, live=False, rows=4))
+    text = console.export_text()
+    names = [line.split("│")[1].strip() for line in text.splitlines() if line.count("│") > 3]
+    assert names[:4] == ["zgone", "zbusy", "idle000", "idle001"]  # the silent, the busiest, then by name
+    assert "idle002" not in names and "198 more hosts not shown" in text
+    assert names[4:] == ["pi-jobs", "pi-jobs@zgone", "pi-jobs@zbusy"]  # empty host queues left out
+    assert "200 empty host queues" in text
+    everything = Console(width=200, record=True, file=io.StringIO())
+    everything.print(render(Frame(now, "x", None, rows, [], queues), 120_000, live=False, rows=0))
+    assert "idle199" in everything.export_text() and "more hosts" not in everything.export_text()
+
+
 def test_an_unreachable_store_is_a_frame_that_says_so() -> None:
     frame = Frame(1_800_000_000_000, "redis://127.0.0.1:1", unreachable="ConnectionError: refused")
     assert "Valkey is unreachable (ConnectionError: refused)." in shown(frame)

@@ -150,6 +150,54 @@ async def test_a_silent_hosts_cron_job_waits_for_it(
     assert await where(client, forge) == [("pi-jobs", "wait")]
 
 
+async def hmget_calls(client: aioredis.Redis) -> int:
+    """How many HMGETs the store has served: a move attempt reads each job it looks at with one."""
+    stats = await client.info("commandstats")
+    return int(stats.get("cmdstat_hmget", {}).get("calls", 0))
+
+
+async def test_a_silent_host_left_with_only_its_cron_is_looked_at_again_only_when_its_queue_changes(
+    client: aioredis.Redis, valkey_url: str, queues: dict[str, Queue], fleet: None
+) -> None:
+    local = {"kind": "local", "folder": "/srv/app", "flow": "deps", "task": "t", "trigger": {"id": "n"}}
+    scheduled = await queues[DEAD].add("local", local, {"jobId": "repeat:n:1796094000000", "delay": 600_000})
+    await silent_for(client, "dead", AFTER_MS + 1_000)
+    sweeper = Rehomer(client, valkey_url, AFTER_MS, 2_000)
+    try:
+        before = await hmget_calls(client)
+        assert await sweeper.sweep() == 0
+        looked = await hmget_calls(client)
+        assert looked > before  # the first sweep reads the job to find it bound to its host
+        assert await sweeper.sweep() == 0
+        assert await hmget_calls(client) == looked  # unchanged since: not read again
+        forge = await add(queues[DEAD], 7)  # anything new on that queue is looked at on the next sweep
+        assert await sweeper.sweep() == 1
+        assert await where(client, forge) == [("pi-jobs", "wait")]
+        assert await where(client, str(scheduled.id)) == [(DEAD, "delayed")]
+    finally:
+        await sweeper.close()
+
+
+async def test_a_sweep_of_many_silent_hosts_holds_one_connection_for_bullmqs_stalled_check(
+    client: aioredis.Redis, valkey_url: str, fleet: None
+) -> None:
+    local = {"kind": "local", "folder": "/srv/app", "flow": "deps", "task": "t", "trigger": {"id": "n"}}
+    hosts = [f"gone{number:02d}" for number in range(30)]
+    async with open_queues(valkey_url, [f"pi-jobs@{host}" for host in hosts]) as queues:
+        for queue in queues.values():
+            await queue.add("local", local, {"jobId": "repeat:n:1"})
+    for host in hosts:
+        await silent_for(client, host, AFTER_MS + 1_000)
+    await client.zadd(REHOME_SILENT, dict.fromkeys(hosts, int(time.time() * 1000)))
+    sweeper = Rehomer(client, valkey_url, AFTER_MS, 2_000)
+    try:
+        before = len(await client.client_list())
+        assert await sweeper.sweep() == 0
+        assert len(await client.client_list()) <= before + 1  # not one per silent host's queue
+    finally:
+        await sweeper.close()
+
+
 async def test_a_host_silent_for_less_than_the_threshold_keeps_its_queue(
     client: aioredis.Redis, valkey_url: str, queues: dict[str, Queue], fleet: None
 ) -> None:

@@ -194,12 +194,12 @@ def test_the_role_renders_the_inventorys_receiver_variables() -> None:
 
 
 def test_the_audit_reads_the_receivers_triggers_file() -> None:
-    from pi_dispatch.fleet.inventory import receiver_triggers
+    from pi_dispatch.fleet.inventory import load_fleet
 
     example = Path(__file__).parent.parent.parent / "inventory.example"
-    assert [path.resolve() for path in receiver_triggers(example / "hosts.yml")] == [
-        (example / "triggers.json").resolve()
-    ]
+    workers, receiver_files = load_fleet(example / "hosts.yml")
+    assert [path.resolve() for path in receiver_files] == [(example / "triggers.json").resolve()]
+    assert [host.name for host in workers] == ["mini1", "mini2", "mini3"]  # the same load
 
 
 def test_the_pat_is_read_from_the_process_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from bullmq import Queue, Worker
 
-from pi_dispatch.core.keys import host_queue_name, host_row_key
+from pi_dispatch.core.keys import HOST_SNAPSHOT, HOST_SNAPSHOT_LEASE, host_queue_name, host_row_key
 from pi_dispatch.core.names import record_stem
 from pi_dispatch.fleet.registry import HostRegistry
 from pi_dispatch.infra.events import Recorder
@@ -184,7 +184,13 @@ async def test_no_reconcile_while_live_hosts_disagree_about_the_zone(
     assert await scheduler_ids(host_queue) == []
     refused = [fields for event, fields in cron.log.events if event == "cron_reconcile_refused"]  # type: ignore[attr-defined]
     assert refused == [{"reason": "tz-disagreement", "zones": ["Europe/Amsterdam", "UTC"]}]
-    await peer.close()  # the disagreeing host leaves the fleet: the next beat's retry goes ahead
+    await cron.retry()  # still refused; the retries read the fleet's snapshot, refreshed at most once a beat
+    rows_read = (await client.info("commandstats")).get("cmdstat_hgetall", {}).get("calls", 0)
+    await cron.retry()
+    assert (await client.info("commandstats")).get("cmdstat_hgetall", {}).get("calls", 0) == rows_read
+    assert cron.pending and len([event for event, _ in cron.log.events if event == "cron_reconcile_refused"]) == 3  # type: ignore[attr-defined]
+    await peer.close()  # the disagreeing host leaves the fleet: the next retry after the snapshot's beat goes ahead
+    await client.delete(HOST_SNAPSHOT, HOST_SNAPSHOT_LEASE)
     await cron.retry()
     assert not cron.pending
     assert await scheduler_ids(host_queue) == ["nightly"]

@@ -1,0 +1,40 @@
+"""The operator's tables: an audit of a large fleet shows a few of each finding and says how many more."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from pi_dispatch.audit.findings import Finding, Report
+from pi_dispatch.console.tables import FINDINGS_PER_CODE, print_host_queues, print_report
+from pi_dispatch.fleet.hosts import HostQueue, QueueCounts
+
+
+def test_a_finding_on_hundreds_of_subjects_shows_a_few_and_counts_the_rest() -> None:
+    findings = [
+        Finding("queue-silent-host", f"queue pi-jobs@sim{number:04d}", "holds 1 waiting", "bring it back")
+        for number in range(300)
+    ]
+    findings.append(Finding("host-silent", "host mini1", "silent for 90 s", "start it"))
+    console = Console(width=200, record=True, file=io.StringIO())
+    print_report(console, Report(findings, "ok", [], 301, 0))
+    text = console.export_text()
+    assert f"pi-jobs@sim{FINDINGS_PER_CODE - 1:04d}" in text and f"pi-jobs@sim{FINDINGS_PER_CODE:04d}" not in text
+    assert f"{300 - FINDINGS_PER_CODE} more like the {FINDINGS_PER_CODE} above" in text
+    assert "host mini1" in text and "WARNING (301)" in text  # every finding still counted
+    assert "301 warning" in text
+
+
+def test_the_host_queues_list_those_holding_jobs_or_of_silent_hosts_and_count_the_empty_ones() -> None:
+    now = 1_800_000_000_000
+    queues = [HostQueue(f"pi-jobs@idle{number:03d}", f"idle{number:03d}", QueueCounts(), None) for number in range(50)]
+    queues += [
+        HostQueue("pi-jobs@busy", "busy", QueueCounts(waiting=2), None),
+        HostQueue("pi-jobs@gone", "gone", QueueCounts(), now - 60_000),
+    ]
+    console = Console(width=200, record=True, file=io.StringIO())
+    print_host_queues(console, queues, 120_000, now)
+    text = console.export_text()
+    assert "pi-jobs@busy" in text and "pi-jobs@gone" in text and "pi-jobs@idle" not in text
+    assert "Host queues (52, 50 of live hosts empty)" in text
