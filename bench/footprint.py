@@ -5,8 +5,9 @@ measured in the same run on one real redis-server.
   worker on the same two queues;
 - a `pi-dispatch receiver` (GitHub, its identity answered by a local fake of the API's `GET /user`) against a bare
   aiohttp server with one BullMQ queue;
-- and, for what the worker cannot shed, the resident memory of importing BullMQ alone, with the Docker SDK, and
-  with pydantic-settings (the libraries the worker is built on).
+- and, for what the worker cannot shed, the resident memory of importing BullMQ alone and with the Docker SDK (the
+  libraries the worker runs on), and with pydantic-settings too (which only the child that checks the worker's
+  settings loads, `config/handover.py`).
 Each process is started ROUNDS times and read after SETTLE_S; the median and range are printed, and the ratio of the
 medians. Goal (issue 24): worker and receiver each within 1.3x of their anchor.
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from pydantic import PrivateAttr, SecretStr, field_validator
+from pydantic import PrivateAttr, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import PydanticBaseSettingsSource
 
@@ -361,8 +361,3 @@ def steal_after_ms(declared: object) -> int:
     """The stealing delay a host runs with, from what its inventory declares (the default when nothing)."""
     value = declared if isinstance(declared, int) and not isinstance(declared, bool) else None
     return value if value is not None else int(WorkerSettings.model_fields["steal_after_ms"].default)
-
-
-def password_text(settings: WorkerSettings) -> str | None:
-    secret: SecretStr | None = settings.valkey_password
-    return secret.get_secret_value() if secret is not None else None

@@ -98,11 +98,17 @@ def _ago(now_ms: int, at: object) -> str:
     return f"{max(0, now_ms - int(stamp)) // 1000} s ago"
 
 
-def _slots(row: Mapping[str, object]) -> str:
+def _slot_use(row: Mapping[str, object]) -> tuple[float, float]:
+    """A row's slots: (in use, in all), either NaN when the row does not say."""
     total, free = js_number(row.get("concurrency")), js_number(row.get("slotsFree"))
+    return total - free, total
+
+
+def _slots(row: Mapping[str, object]) -> str:
+    used, total = _slot_use(row)
     if not finite(total):
         return "?"
-    return f"{int(total - free)}/{int(total)}" if finite(free) else f"?/{int(total)}"
+    return f"{int(used)}/{int(total)}" if finite(used) else f"?/{int(total)}"
 
 
 def _routable(row: Mapping[str, object]) -> Text:
@@ -118,8 +124,8 @@ def _routable(row: Mapping[str, object]) -> Text:
 
 
 def _used_slots(row: Mapping[str, object]) -> float:
-    total, free = js_number(row.get("concurrency")), js_number(row.get("slotsFree"))
-    return total - free if finite(total) and finite(free) else 0.0
+    used, _ = _slot_use(row)
+    return used if finite(used) else 0.0
 
 
 def _attention(frame: Frame) -> Callable[[Mapping[str, object]], tuple[int, float, str]]:

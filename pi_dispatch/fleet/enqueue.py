@@ -153,15 +153,18 @@ class Enqueued(NamedTuple):
 class Enqueuer:
     """Adds forge jobs through BullMQ, one pooled Queue per queue name, opened on first use.
 
-    Adds that arrive together are sent together: the first add to a queue waits for the rest of the current
-    event-loop turn, then every add gathered by then goes in one BullMQ `addBulk` (one round trip, one
-    MULTI/EXEC). Each add still answers for its own job: the id BullMQ kept, or the error that sank the batch.
+    An add to a queue nothing is being sent to goes at once, in its own task, as one plain `Queue.add`: an add
+    alone costs what BullMQ's own costs. Adds that arrive while a send to their queue is in flight gather, and go
+    together as soon as it ends, in one BullMQ `addBulk` (one round trip, one MULTI/EXEC), so overlapping
+    deliveries cost fewer round trips than jobs. Each add still answers for its own job: the id BullMQ kept, or
+    the error that sank its batch.
     """
 
     connection: str
     router: ForgeRouter
     add_timeout_s: float = ADD_TIMEOUT_S
     queues: dict[str, Any] = field(default_factory=dict)
+    _sending: set[str] = field(default_factory=set, repr=False)
     _gathering: dict[str, list[_Add]] = field(default_factory=dict, repr=False)
     _flushing: set[asyncio.Task[None]] = field(default_factory=set, repr=False)
 
@@ -176,32 +179,42 @@ class Enqueuer:
         """Route and add the job. Raises JobIdError for an unusable delivery."""
         options = forge_job_options(kind, job)
         name = await self.router.queue_for(kind, job)
-        loop = asyncio.get_running_loop()
-        add = _Add(kind, forge_job_data(kind, job), options, loop.create_future())
-        gathering = self._gathering.setdefault(name, [])
-        gathering.append(add)
-        if len(gathering) == 1:
-            loop.call_soon(self._send, name)
-        kept = await add.answer
+        data = forge_job_data(kind, job)
+        if name in self._sending:
+            add = _Add(kind, data, options, asyncio.get_running_loop().create_future())
+            self._gathering.setdefault(name, []).append(add)
+            kept = await add.answer
+        else:
+            kept = await self._add_alone(name, kind, data, options)
         return Enqueued(name, str(options["jobId"]), kept)
 
-    def _send(self, name: str) -> None:
-        task = asyncio.ensure_future(self._add_bulk(name, self._gathering.pop(name, [])))
+    async def _add_alone(self, name: str, kind: str, data: dict[str, Any], options: dict[str, Any]) -> str:
+        self._sending.add(name)
+        try:
+            # asyncio.timeout rather than bounded(): no task per add, and a cancelled add unwinds at once, since
+            # BullMQ's client drops the connection it was reading from.
+            async with asyncio.timeout(self.add_timeout_s):
+                job = await self._queue(name).add(kind, data, options)
+        finally:
+            self._sent(name)
+        return _kept(job, options)
+
+    def _sent(self, name: str) -> None:
+        """A send to the queue ended: what gathered meanwhile goes next, together; else the queue is free."""
+        gathered = self._gathering.pop(name, [])
+        if not gathered:
+            self._sending.discard(name)
+            return
+        task = asyncio.ensure_future(self._add_bulk(name, gathered))
         self._flushing.add(task)
         task.add_done_callback(self._flushing.discard)
 
     async def _add_bulk(self, name: str, adds: list[_Add]) -> None:
         try:
-            # asyncio.timeout rather than bounded(): no task per add, and a cancelled add unwinds at once, since
-            # BullMQ's client drops the connection it was reading from.
             async with asyncio.timeout(self.add_timeout_s):
-                queue = self._queue(name)
-                if len(adds) == 1:  # alone: one script call, where a bulk of one is a MULTI/EXEC around it
-                    added = [await queue.add(adds[0].kind, adds[0].data, adds[0].options)]
-                else:
-                    added = await queue.addBulk(
-                        [{"name": add.kind, "data": add.data, "opts": add.options} for add in adds]
-                    )
+                added = await self._queue(name).addBulk(
+                    [{"name": add.kind, "data": add.data, "opts": add.options} for add in adds]
+                )
         except BaseException as error:  # every add of the batch answers with the error, then it goes on up
             for add in adds:
                 if not add.answer.done():
@@ -209,9 +222,11 @@ class Enqueuer:
             if not isinstance(error, Exception):
                 raise
             return
+        finally:
+            self._sent(name)
         for add, job in zip(adds, added, strict=True):
             if not add.answer.done():
-                add.answer.set_result(str(job.id) if job.id is not None else str(add.options["jobId"]))
+                add.answer.set_result(_kept(job, add.options))
 
     async def close(self) -> None:
         if self._flushing:
@@ -219,6 +234,11 @@ class Enqueuer:
         for queue in self.queues.values():
             await queue.close()
         self.queues.clear()
+
+
+def _kept(job: Any, options: Mapping[str, Any]) -> str:
+    """The id of the job BullMQ kept for an add: its own, or the one the dedup window kept instead."""
+    return str(job.id) if job.id is not None else str(options["jobId"])
 
 
 @dataclass

@@ -7,11 +7,10 @@ A steal (`steal=True`) takes only a waiting job, once per wait, and marks it wit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.core.keys import bull_key
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, packaged_script
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -59,8 +58,7 @@ class JobMover:
     async def move(self, source: str, target: str, job_id: str, dedup_id: str, *, steal: bool = False) -> str | int:
         """The state the job now has on `target` ("wait", "delayed", "prioritized"), or why it did not move."""
         if self._script is None:
-            text = resources.files("pi_dispatch").joinpath("lua", "rehome.lua").read_text(encoding="utf-8")
-            self._script = self.client.register_script(text)
+            self._script = self.client.register_script(packaged_script("rehome"))
         keys = move_keys(source, target, job_id, dedup_id)
         args = [job_id, dedup_id, "steal" if steal else "", source if steal else ""]
         result = await bounded(self._script(keys=keys, args=args), self.timeout_s)

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import TYPE_CHECKING, Final
 
 from pi_dispatch.core.keys import SHARED_QUEUE, bull_key, rehome_since_key, worker_of_queue
 from pi_dispatch.fleet.hosts import HostQueue, QueueCounts, silent_since
 from pi_dispatch.fleet.steal import JOB_FIELDS, Waiting, parse_waiting
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, packaged_script, reply_text, reply_whole
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -35,15 +34,6 @@ class QueuesRead:
     waiting: list[Waiting]
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
-def _number(value: bytes | str | None) -> int | None:
-    text = _text(value) if value is not None else ""
-    return int(text) if text.isdigit() else None
-
-
 async def read_queues(
     client: aioredis.Redis,
     queues: Sequence[str],
@@ -57,8 +47,7 @@ async def read_queues(
     oldest waiting jobs (0: none), in one round trip."""
     if not queues:
         return QueuesRead([], [])
-    text = resources.files("pi_dispatch").joinpath("lua", "queue_view.lua").read_text(encoding="utf-8")
-    script = client.register_script(text)
+    script = client.register_script(packaged_script("queue_view"))
     pipe = client.pipeline(transaction=False)
     for start in range(0, len(queues), BATCH):
         batch = queues[start : start + BATCH]
@@ -76,11 +65,11 @@ async def read_queues(
             continue  # its keys are not BullMQ's: left out, the others shown
         host = worker_of_queue(queue) or ""
         counts = QueueCounts(*(int(count) for count in answer[:5]))
-        since = None if queue == SHARED_QUEUE else silent_since(by_name.get(host), _number(answer[5]), now_ms)
-        found.append(HostQueue(queue, host, counts, since, _number(answer[6])))
+        since = None if queue == SHARED_QUEUE else silent_since(by_name.get(host), reply_whole(answer[5]), now_ms)
+        found.append(HostQueue(queue, host, counts, since, reply_whole(answer[6])))
         jobs = answer[7:]
         for index in range(0, len(jobs) - per_job + 1, per_job):
-            job = parse_waiting(queue, _text(jobs[index]), jobs[index + 1 : index + per_job])
+            job = parse_waiting(queue, reply_text(jobs[index]), jobs[index + 1 : index + per_job])
             if job is not None:
                 waiting.append(job)
     return QueuesRead(found, waiting)

@@ -23,7 +23,7 @@ from pi_dispatch.core.keys import HOST_LIVE, REHOME_SILENT, host_row_key
 from pi_dispatch.core.names import PROFILE_NAME_RE, WORKER_NAME_RE, worker_name_problem
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe, reply_text
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -179,15 +179,11 @@ class Unreachable:
     reason: str
 
 
-def _decode(raw: bytes | str) -> str:
-    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-
-
 def _decode_row(raw: Mapping[bytes, bytes] | Mapping[str, str]) -> dict[str, str]:
     try:  # a client that does not decode answers bytes, field and value alike: the fleet-sized path
         return {key.decode("utf-8", "replace"): value.decode("utf-8", "replace") for key, value in raw.items()}  # type: ignore[union-attr]
     except AttributeError:
-        return {_decode(key): _decode(value) for key, value in raw.items()}
+        return {reply_text(key): reply_text(value) for key, value in raw.items()}
 
 
 def host_from_row(member: str, row: Mapping[str, str], now_ms: int) -> dict[str, object] | InvalidRow:
@@ -226,7 +222,7 @@ async def read_live_hosts(
         return Unreachable("no Valkey configured")
     try:
         raw_members = await bounded(client.smembers(HOST_LIVE), timeout_s)
-        members = js_sorted(_decode(member) for member in raw_members)
+        members = js_sorted(reply_text(member) for member in raw_members)
         pipe = client.pipeline(transaction=False)
         for member in members:
             pipe.hgetall(host_row_key(member))
@@ -275,7 +271,7 @@ async def beating(
     return {
         name
         for name, beat in zip(listed, beats, strict=True)
-        if beat is not None and _decode(beat).isdigit() and now_ms - int(_decode(beat)) <= ROUTE_FRESH_MS
+        if beat is not None and reply_text(beat).isdigit() and now_ms - int(reply_text(beat)) <= ROUTE_FRESH_MS
     }
 
 

@@ -52,7 +52,7 @@ from pi_dispatch.fleet.registry import LiveHosts, beating, read_live_hosts
 from pi_dispatch.fleet.snapshot import FleetView, fleet_view
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe, reply_text
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -73,7 +73,7 @@ async def host_queue_names(client: aioredis.Redis, timeout_s: float = OP_TIMEOUT
     cursor: int | bytes = 0
     while True:
         cursor, keys = await bounded(client.scan(int(cursor), match=HOST_QUEUE_META_PATTERN, count=500), timeout_s)
-        found.update(queue for key in keys if (queue := queue_of_meta_key(_text(key))) is not None)
+        found.update(queue for key in keys if (queue := queue_of_meta_key(reply_text(key))) is not None)
         if int(cursor) == 0:
             return sorted(found)
 
@@ -100,7 +100,7 @@ async def known_host_queues(
     each silent host's (`rehome:silent`, which a sweep also fills from its SCAN for queues nobody registered)."""
     silent = await bounded(client.zrange(REHOME_SILENT, 0, -1), timeout_s)
     routable = {host_queue_name(str(row["name"])) for row in rows if FleetHost.of_row(row).routes == "true"}
-    return sorted(routable | {host_queue_name(_text(name)) for name in silent})
+    return sorted(routable | {host_queue_name(reply_text(name)) for name in silent})
 
 
 async def queue_counts(client: aioredis.Redis, queue: str, timeout_s: float = OP_TIMEOUT_S) -> QueueCounts:
@@ -108,10 +108,6 @@ async def queue_counts(client: aioredis.Redis, queue: str, timeout_s: float = OP
     _count(pipe, queue)
     waiting, delayed, prioritized, active, failed = await bounded(pipe.execute(), timeout_s)
     return QueueCounts(int(waiting), int(delayed), int(prioritized), int(active), int(failed))
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True)
@@ -173,7 +169,7 @@ class Rehomer:
         finally:
             if not hold:
                 with contextlib.suppress(Exception):
-                    if _text(await bounded(self.client.get(REHOME_LEASE), OP_TIMEOUT_S) or b"") == token:
+                    if reply_text(await bounded(self.client.get(REHOME_LEASE), OP_TIMEOUT_S) or b"") == token:
                         await bounded(self.client.delete(REHOME_LEASE), OP_TIMEOUT_S)
 
     async def _sweep(self, *, elected: bool = False) -> int:
@@ -191,7 +187,7 @@ class Rehomer:
         pipe.zrange(REHOME_SILENT, 0, -1)
         pipe.set(REHOME_SCAN, "1", nx=True, px=FULL_SCAN_MS)
         _, listed, scan = await bounded(pipe.execute(), OP_TIMEOUT_S)
-        silent = {_text(name) for name in listed} | {str(row["name"]) for row in live.hosts} - alive
+        silent = {reply_text(name) for name in listed} | {str(row["name"]) for row in live.hosts} - alive
         if scan:
             silent |= {host for queue in await host_queue_names(self.client) if (host := worker_of_queue(queue))}
         back, silent = silent & alive, silent - alive
@@ -264,10 +260,10 @@ class Rehomer:
             if not any(int(count) for count in counts):
                 states[host] = None
                 continue
-            stored_ms = int(stored) if stored is not None and _text(stored).isdigit() else None
+            stored_ms = int(stored) if stored is not None and reply_text(stored).isdigit() else None
             since = silent_since(by_name.get(host), stored_ms, now)
             waiting, delayed, prioritized, active = (int(count) for count in counts)
-            held = QueueHeld(waiting, delayed, prioritized, active, _text(last_event[0][0]) if last_event else "")
+            held = QueueHeld(waiting, delayed, prioritized, active, reply_text(last_event[0][0]) if last_event else "")
             states[host] = (since if since is not None else now, stored_ms is not None, held)
         return states
 
@@ -283,7 +279,7 @@ class Rehomer:
         scripts = Scripts(BULL_PREFIX, queue, self._bullmq)
         stalled = await bounded(scripts.moveStalledJobsToWait(MAX_STALLS, self.lock_duration_ms), OP_TIMEOUT_S)
         for job_id in stalled or []:
-            self.log("job_stalled_on_silent_host", {"jobId": _text(job_id), "queue": queue})
+            self.log("job_stalled_on_silent_host", {"jobId": reply_text(job_id), "queue": queue})
 
     async def move_waiting(self, queue: str) -> int:
         """What waits on a draining host's own queue, moved to where the live fleet routes it now. A job that no
@@ -301,7 +297,7 @@ class Rehomer:
         waiting, delayed, prioritized = await bounded(pipe.execute(), OP_TIMEOUT_S)
         moved = 0
         for job_id in [*reversed(waiting), *delayed, *prioritized][:budget]:
-            moved += await self.move(queue, _text(job_id), table, keep_unserved=keep_unserved)
+            moved += await self.move(queue, reply_text(job_id), table, keep_unserved=keep_unserved)
         return moved
 
     async def move(self, source: str, job_id: str, table: RouteTable, *, keep_unserved: bool = False) -> int:
@@ -322,7 +318,7 @@ class Rehomer:
         target = host_queue_name(host) if host is not None else SHARED_QUEUE
         if target == source:
             return 0
-        dedup_id = _text(deduplication) if deduplication is not None else ""
+        dedup_id = reply_text(deduplication) if deduplication is not None else ""
         result = await self._mover.move(source, target, job_id, dedup_id)
         if isinstance(result, str):
             self.log("job_rehomed", {"jobId": job_id, "from": source, "to": target, "state": result})

@@ -20,7 +20,7 @@ from pi_dispatch.core.capabilities import is_draining, is_live, parse_caps
 from pi_dispatch.core.jobs import LOCAL_KIND
 from pi_dispatch.core.keys import STEAL_OFFERS, bull_key, host_queue_name, worker_of_queue
 from pi_dispatch.fleet.moves import ROUTED_FIELD, STOLEN_FIELD, JobMover
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, reply_text
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -50,15 +50,9 @@ class Waiting:
     dedup_id: str
 
 
-def _text(value: bytes | str | None) -> str:
-    if value is None:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
 def parse_waiting(queue: str, job_id: str, fields: Sequence[bytes | str | None]) -> Waiting | None:
     """One job's fields as `JOB_FIELDS` lists them; None for a job that is gone."""
-    data_text, stamp, taken, stolen, repeat_key, dedup = (_text(value) for value in fields)
+    data_text, stamp, taken, stolen, repeat_key, dedup = (reply_text(value) for value in fields)
     if not data_text and not stamp:
         return None
     try:
@@ -90,7 +84,7 @@ async def read_offers(
     raw = await bounded(
         client.zrangebyscore(STEAL_OFFERS, "-inf", seen_before_ms, start=0, num=count, withscores=True), timeout_s
     )
-    return [(_text(member), int(score)) for member, score in raw]
+    return [(reply_text(member), int(score)) for member, score in raw]
 
 
 async def read_waiting(
@@ -103,7 +97,9 @@ async def read_waiting(
     for queue in queues:
         pipe.lrange(bull_key(queue, "wait"), -count, -1)
     listed = await bounded(pipe.execute(), timeout_s)
-    ids = [(queue, _text(job_id)) for queue, found in zip(queues, listed, strict=True) for job_id in reversed(found)]
+    ids = [
+        (queue, reply_text(job_id)) for queue, found in zip(queues, listed, strict=True) for job_id in reversed(found)
+    ]
     if not ids:
         return []
     pipe = client.pipeline(transaction=False)
@@ -180,5 +176,5 @@ class Stealer:
 def routed_to(job_data: dict[str, Any] | None) -> str | None:
     """The queue a stolen job was routed to, from its stored fields (None when it was never stolen)."""
     value = (job_data or {}).get(ROUTED_FIELD)
-    text = _text(value) if isinstance(value, bytes | str) else ""
+    text = reply_text(value) if isinstance(value, bytes | str) else ""
     return text or None

@@ -14,7 +14,6 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.core.capabilities import RouteTable, job_needs
@@ -30,7 +29,7 @@ from pi_dispatch.fleet.jobhistory import JobHistory
 from pi_dispatch.fleet.locate import Located, locate
 from pi_dispatch.fleet.mirror import RunMirror, mirror_window_ms
 from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, packaged_script, reply_text
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -67,7 +66,7 @@ async def cancel_job(
         return Cancelled("finished", job)
     began = time.monotonic()
     await request_cancel(client, job_id, now())
-    script = client.register_script(resources.files("pi_dispatch").joinpath("lua", "cancel.lua").read_text())
+    script = client.register_script(packaged_script("cancel"))
     while True:
         if job.state in QUEUED:
             keys = [bull_key(job.queue, name) for name in ("wait", "delayed", "prioritized", "paused", "failed")]
@@ -174,7 +173,7 @@ async def failed_jobs(
     for queue in queues:
         pipe.zrangebyscore(bull_key(queue, "failed"), since_ms, "+inf", start=0, num=limit)
     answers = await bounded(pipe.execute(), OP_TIMEOUT_S)
-    found = [(_text(job_id), queue) for queue, ids in zip(queues, answers, strict=True) for job_id in ids][:limit]
+    found = [(reply_text(job_id), queue) for queue, ids in zip(queues, answers, strict=True) for job_id in ids][:limit]
     if host is None or not found:
         return found
     bodies = await bounded(client.mget([run_record_key(record_stem(job_id)) for job_id, _ in found]), OP_TIMEOUT_S)
@@ -185,10 +184,6 @@ async def failed_jobs(
         if ran == host:
             kept.append((job_id, queue))
     return kept
-
-
-def _text(value: object) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _parsed(body: object) -> Any:

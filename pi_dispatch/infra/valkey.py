@@ -10,6 +10,8 @@ import asyncio
 import hashlib
 import inspect
 from collections.abc import Awaitable
+from functools import cache
+from importlib import resources
 from typing import Any, Final, TypeVar, overload
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -21,6 +23,26 @@ DEFAULT_VALKEY_URL: Final = "redis://127.0.0.1:6379"
 OP_TIMEOUT_S: Final = 2.0
 
 T = TypeVar("T")
+
+
+@cache
+def packaged_script(name: str) -> str:
+    """The text of one of the package's Lua scripts (`pi_dispatch/lua/<name>.lua`), read once per process."""
+    return resources.files("pi_dispatch").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+
+
+def reply_text(value: object) -> str:
+    """A reply as text: bytes decoded (what is not UTF-8 replaced, since peers may write anything), a string as
+    it is, nothing as empty."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def reply_whole(value: object) -> int | None:
+    """A reply that holds a whole number written in digits alone, else None."""
+    text = reply_text(value)
+    return int(text) if text.isdigit() else None
 
 
 def connect(

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from pi_dispatch.config.worker_settings import WorkerSettings
 from pi_dispatch.core.capabilities import capability_tokens, job_needs
 from pi_dispatch.core.jobbounds import job_refusal
 from pi_dispatch.core.jobs import QueuedJob
@@ -51,6 +50,8 @@ from pi_dispatch.worker.waitgate import WaitGate
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
+
+    from pi_dispatch.config.worker_settings import WorkerSettings
 
 # Variables the worker sets in every job container; a job may not bind a secret over them.
 JOB_VARIABLES: Final = ("PI_JOB_ID", "PI_JOB_ATTEMPT", "PI_JOB_KIND", "PI_HOST")

@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from pi_dispatch.config.worker_settings import WorkerSettings, password_text
+from pi_dispatch.config.handover import secret_text
 from pi_dispatch.core.capabilities import is_live
 from pi_dispatch.core.errors import ExitStatus
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
@@ -50,6 +50,9 @@ from pi_dispatch.worker.metrics import WorkerMetrics
 from pi_dispatch.worker.oneshot import OneShots
 from pi_dispatch.worker.output import Outputs
 from pi_dispatch.worker.waitgate import WaitGate
+
+if TYPE_CHECKING:
+    from pi_dispatch.config.worker_settings import WorkerSettings
 
 SWEEP_INTERVAL_S: Final = 24 * 3600
 HEALTH_INTERVAL_S: Final = 5.0
@@ -90,7 +93,7 @@ class Worker:
         settings = self.settings
         boot_text, triggers = await self._read_triggers()
         reaped, digest = await self._prepare_host()
-        password = password_text(settings)
+        password = secret_text(settings.valkey_password)
         self.client = connect(settings.valkey_url, password)
         try:
             await bounded(self.client.ping(), 5)

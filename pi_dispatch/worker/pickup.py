@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from bullmq.timer import Timer
 
-from pi_dispatch.config.worker_settings import WorkerSettings
 from pi_dispatch.core.jobs import QueuedJob
 from pi_dispatch.fleet.rehome import MAX_STALLS
 from pi_dispatch.infra.events import EventLog, discard
@@ -31,6 +30,7 @@ from pi_dispatch.worker.consumers import GuardedConsumer
 from pi_dispatch.worker.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
+    from pi_dispatch.config.worker_settings import WorkerSettings
     from pi_dispatch.fleet.steal import Stealer, Waiting
     from pi_dispatch.worker.attempts import Attempts
 

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from pi_dispatch.config.worker_settings import WorkerSettings
 from pi_dispatch.core.jobs import FORGE_KINDS, QueuedJob, target_separator
 from pi_dispatch.core.keys import WAIT_CHECK_LEASE_PREFIX
 from pi_dispatch.core.reasons import Reason
@@ -38,6 +37,8 @@ from pi_dispatch.worker.scripts import Refusal, is_argument, run_wait_check, usa
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
+
+    from pi_dispatch.config.worker_settings import WorkerSettings
 
 ABORTED_RECHECK_MS: Final = 1_000
 MAX_TARGET_CHARS: Final = 1_024

@@ -219,6 +219,38 @@ async def test_enqueue_routes_adds_with_reference_options_and_dedups(
         await enqueuer.close()
 
 
+async def _calls(client: aioredis.Redis) -> dict[str, int]:
+    stats = await client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(row["calls"]) for name, row in stats.items()}
+
+
+@pytest.mark.redis
+async def test_an_add_alone_is_one_script_call_and_overlapping_adds_go_together(
+    valkey_url: str, client: aioredis.Redis
+) -> None:
+    enqueuer = Enqueuer(valkey_url, ForgeRouter(counting_reader([])))
+    job = {"repo": "acme/app", "target": {"type": "issue", "number": 1}}
+    try:
+        await enqueuer.enqueue_forge_job("github", {**job, "trigger": {"deliveryId": "warm"}})  # connects
+        before = await _calls(client)
+        for index in range(5):  # one after another: each a plain add, no MULTI/EXEC around it
+            await enqueuer.enqueue_forge_job("github", {**job, "trigger": {"deliveryId": f"alone-{index}"}})
+        alone = await _calls(client)
+        assert alone.get("multi", 0) == before.get("multi", 0)
+        assert alone["evalsha"] - before["evalsha"] == 5
+        overlapping = [
+            {**job, "target": {"type": "issue", "number": 100 + index}, "trigger": {"deliveryId": f"burst-{index}"}}
+            for index in range(32)
+        ]
+        results = await asyncio.gather(*(enqueuer.enqueue_forge_job("github", each) for each in overlapping))
+        burst = await _calls(client)
+        assert [result.kept for result in results] == [f"gh-burst-{index}" for index in range(32)]
+        assert burst["multi"] - alone.get("multi", 0) == 1  # the first went alone, the 31 behind it together
+        assert await client.exists(*(f"bull:pi-jobs:gh-burst-{index}" for index in range(32))) == 32
+    finally:
+        await enqueuer.close()
+
+
 def test_job_options_are_the_references() -> None:
     options = forge_job_options(
         "github",
