@@ -4,7 +4,7 @@ Both references are measured in the same run, on the same redis-server and Docke
 - jobs: N jobs through a worker with one slot (enqueue → record file written), per job, against N
   sequential `docker run --rm` of the same image with the same event mounted. Target: at most 1.05x.
 - enqueue: M forge jobs routed by `Enqueuer` (registry cache, job id, dedup) against M plain
-  `Queue.add` calls with the same options. Target: at least 0.9x the rate.
+  `Queue.add` calls with the same options. Target (issue 24): at least 0.95x the rate.
 
 Usage: python bench/worker.py [--jobs N] [--adds M]
 """
@@ -127,7 +127,7 @@ async def main() -> None:
         print(f"enqueue (5 interleaved rounds of {arguments.adds} forge jobs needing s:prod, medians):")
         print(f"  Queue.add         {plain:8.0f} jobs/s")
         print(f"  routed enqueue    {routed:8.0f} jobs/s")
-        print(f"  ratio             {routed / plain:8.2f}×  (target ≥ 0.9×)")
+        print(f"  ratio             {routed / plain:8.2f}×  (target ≥ 0.95×)")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The `pi-dispatch` command line: the typer app, one module per command group; a worker starts without the rest
-of it, its footprint being paid on every host (`worker/entry.py`).
+"""The `pi-dispatch` command line: the typer app, one module per command group; a worker and a receiver start
+without the rest of it, their footprint being paid on every host (`infra/units.py`).
 """
 
 from __future__ import annotations
@@ -9,9 +9,14 @@ import sys
 
 def main() -> None:
     from pi_dispatch.core.errors import PiDispatchError
-    from pi_dispatch.worker.entry import plain_invocation, run
+    from pi_dispatch.infra.units import unit_invocation
 
-    if (invocation := plain_invocation(sys.argv[1:])) is None:
+    arguments = sys.argv[1:]
+    if (invocation := unit_invocation(arguments, "worker")) is not None:
+        from pi_dispatch.worker.entry import run
+    elif (invocation := unit_invocation(arguments, "receiver")) is not None:
+        from pi_dispatch.receiver.entry import run
+    else:
         from pi_dispatch.cli.app import main as full
 
         full()

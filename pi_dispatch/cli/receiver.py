@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any, Final
 
@@ -11,11 +10,13 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from pi_dispatch.infra.units import ENV_FILE_OPTION
+
 receiver_app = typer.Typer(invoke_without_command=True)
 console = Console()
 EnvFile = Annotated[
     Path | None,
-    typer.Option("--env-file", help="Read this env file alone instead of the environment (as systemd would)."),
+    typer.Option(ENV_FILE_OPTION, help="Read this env file alone instead of the environment (as systemd would)."),
 ]
 STARTER: Final[dict[str, Any]] = {
     "triggers": [
@@ -29,40 +30,10 @@ STARTER: Final[dict[str, Any]] = {
 }
 
 
-def _json_lines(stream: Any) -> Any:
-    def emit(event: str, fields: Any) -> None:
-        stream.write(json.dumps({"event": event, **fields}, default=str, ensure_ascii=False) + "\n")
-        stream.flush()
-
-    return emit
-
-
 def _serve(env_file: Path | None) -> int:
-    import asyncio
-    import signal
+    from pi_dispatch.receiver.entry import run
 
-    from pi_dispatch.infra.extras import require
-
-    for module in ("aiohttp", "jwt", "watchdog"):
-        require("receiver", module)
-    from pi_dispatch.receiver.boot import Stop, serve
-    from pi_dispatch.receiver.endpoints import load_receiver_config
-
-    log, error_log = _json_lines(sys.stdout), _json_lines(sys.stderr)
-    try:
-        config = load_receiver_config(env_file)
-    except Exception as error:
-        error_log("receiver_start_failed", {"reason": str(error).replace("\n", "; ")})
-        raise
-
-    async def run() -> int:
-        stop = Stop()
-        loop = asyncio.get_running_loop()
-        for signal_number in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signal_number, stop.set, signal.Signals(signal_number).name)
-        return await serve(config, log, stop, error_log)
-
-    return asyncio.run(run())
+    return run(env_file)
 
 
 @receiver_app.callback()

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from pi_dispatch.worker.entry import ENV_FILE_OPTION
+from pi_dispatch.infra.units import ENV_FILE_OPTION
 
 
 def worker(

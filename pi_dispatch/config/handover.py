@@ -15,11 +15,12 @@ import os
 import pickle
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from pi_dispatch.core.errors import ConfigError, PiDispatchError
 
 MASK: Final = "**********"
+T = TypeVar("T")
 
 
 class Revealable(Protocol):
@@ -51,6 +52,9 @@ class Secret:
     def __hash__(self) -> int:
         return hash(self._value)
 
+    def __reduce__(self) -> tuple[type[Secret], tuple[str]]:
+        return Secret, (self._value,)
+
 
 def secret_text(secret: Revealable | None) -> str | None:
     """A secret's value, or None when none was set."""
@@ -77,6 +81,9 @@ class Settled:
     def __repr__(self) -> str:
         return f"Settled({', '.join(f'{name}={value!r}' for name, value in self._values.items())})"
 
+    def __reduce__(self) -> tuple[type[Settled], tuple[dict[str, object]]]:
+        return Settled, (self._values,)
+
 
 class HandoverFailed(PiDispatchError):
     """The child that checks the settings failed, or ended without an answer (killed, out of memory)."""
@@ -86,10 +93,10 @@ class HandoverFailed(PiDispatchError):
         self.exit_code = exit_code
 
 
-def values_of(settings: Any, properties: Sequence[str] = ()) -> dict[str, object]:
-    """A pydantic-settings object's field values and the named properties, secrets as `Secret`."""
+def settled(settings: Any, properties: Sequence[str] = ()) -> Settled:
+    """A pydantic-settings object as a `Settled`: its field values and the named properties, secrets as `Secret`."""
     names = [*type(settings).model_fields, *properties]
-    return {name: _handed(getattr(settings, name)) for name in names}
+    return Settled({name: _handed(getattr(settings, name)) for name in names})
 
 
 def _handed(value: object) -> object:
@@ -97,16 +104,17 @@ def _handed(value: object) -> object:
     return Secret(str(reveal())) if callable(reveal) else value
 
 
-def checked_in_child(load: Callable[[], Any], properties: Sequence[str] = ()) -> Settled:
-    """Run `load` (which imports the checking libraries, and raises ConfigError) in a forked child and return what
-    it loaded as a `Settled` here, where those libraries are never imported. A ConfigError raised in the child is
-    raised here, with every problem it named. Call it before any thread starts."""
+def checked_in_child(load: Callable[[], T]) -> T:
+    """Run `load` (which imports the checking libraries, raises ConfigError, and answers with what can be unpickled
+    without them: settings as `settled`) in a forked child, and return its answer here, where those libraries are
+    never imported. A ConfigError raised in the child is raised here, with every problem it named. Call it before
+    any thread starts."""
     for stream in (sys.stdout, sys.stderr):  # nothing buffered before the fork is written twice
         stream.flush()
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the child; coverage does not follow a fork that ends with os._exit
-        _answer_and_leave(load, properties, read_end, write_end)
+        _answer_and_leave(load, read_end, write_end)
     os.close(write_end)
     with os.fdopen(read_end, "rb") as pipe:
         answer = pipe.read()
@@ -122,16 +130,16 @@ def checked_in_child(load: Callable[[], Any], properties: Sequence[str] = ()) ->
     if kind == "failed":
         message, exit_code = payload
         raise HandoverFailed(message, exit_code)
-    return Settled(payload)
+    return payload  # type: ignore[no-any-return]
 
 
-def _answer_and_leave(load: Callable[[], Any], properties: Sequence[str], read_end: int, write_end: int) -> None:
+def _answer_and_leave(load: Callable[[], object], read_end: int, write_end: int) -> None:
     """The child's whole life: check, write the answer, and leave without the parent's exit handlers."""
     status = 0
     try:
         os.close(read_end)
         try:
-            answer: tuple[str, object] = ("settled", values_of(load(), properties))
+            answer: tuple[str, object] = ("loaded", load())
         except ConfigError as error:
             answer = ("refused", error.problems)
         except PiDispatchError as error:

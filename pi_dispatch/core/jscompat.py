@@ -12,7 +12,6 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Final
 
 
@@ -113,9 +112,12 @@ def _number_to_string(value: float) -> str:
     if value == 0:
         return "0"
     sign = "-" if value < 0 else ""
-    _, digit_tuple, exponent = Decimal(repr(abs(value))).as_tuple()
-    assert isinstance(exponent, int)
-    digits = "".join(map(str, digit_tuple)).lstrip("0")
+    # repr is the shortest round-trip form; its digits and exponent, read as Decimal would read them (without
+    # loading the decimal module into every worker for it)
+    mantissa, _, power = repr(abs(value)).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    exponent = int(power or 0) - len(fraction)
+    digits = (whole + fraction).lstrip("0")
     stripped = digits.rstrip("0")
     exponent += len(digits) - len(stripped)
     k = len(stripped)

@@ -64,7 +64,7 @@ async def read_queues(
         if not isinstance(answer, list):
             continue  # its keys are not BullMQ's: left out, the others shown
         host = worker_of_queue(queue) or ""
-        counts = QueueCounts(*(int(count) for count in answer[:5]))
+        counts = QueueCounts(*map(int, answer[:5]))
         since = None if queue == SHARED_QUEUE else silent_since(by_name.get(host), reply_whole(answer[5]), now_ms)
         found.append(HostQueue(queue, host, counts, since, reply_whole(answer[6])))
         jobs = answer[7:]

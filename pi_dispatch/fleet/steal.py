@@ -52,7 +52,7 @@ class Waiting:
 
 def parse_waiting(queue: str, job_id: str, fields: Sequence[bytes | str | None]) -> Waiting | None:
     """One job's fields as `JOB_FIELDS` lists them; None for a job that is gone."""
-    data_text, stamp, taken, stolen, repeat_key, dedup = (reply_text(value) for value in fields)
+    data_text, stamp, taken, stolen, repeat_key, dedup = map(reply_text, fields)
     if not data_text and not stamp:
         return None
     try:

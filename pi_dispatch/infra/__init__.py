@@ -1,3 +1,3 @@
 """The few I/O primitives everything shares: bounded Valkey calls, the clock, structured logs, systemd's notify
-protocol, optional extras.
+protocol and how a unit starts a command, optional extras.
 """

@@ -10,25 +10,25 @@ naming the variable and the fix; reloads of the triggers file never change these
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final, cast
 
-from pydantic import SecretStr
-
-from pi_dispatch.config.declaration import load_declared
-from pi_dispatch.config.receiver_settings import ReceiverSettings
+from pi_dispatch.config.handover import Revealable, secret_text, settled
 from pi_dispatch.core.errors import ConfigError, Problem
 from pi_dispatch.receiver.auth import AzureVerifier, GitLabVerifier
 from pi_dispatch.receiver.rules import Rules
 from pi_dispatch.triggers.file import read_triggers
 
+if TYPE_CHECKING:
+    from pi_dispatch.config.receiver_settings import ReceiverSettings
+
 SCHEMA: Final = "receiver-env"
 GITHUB_SOURCES: Final = ("pat", "gh", "app")
 
 
-def _text(secret: SecretStr | None) -> str:
-    return secret.get_secret_value() if secret is not None else ""
+def _text(secret: Revealable | None) -> str:
+    return secret_text(secret) or ""
 
 
 def _root(url: str | None) -> str:
@@ -263,5 +263,14 @@ def load_receiver_config(
     env_file: Path | None = None, *, environment: Callable[[], Mapping[str, str]] | None = None, cwd: Path | None = None
 ) -> ReceiverConfig:
     """The receiver's configuration from the environment, or from env_file alone. Raises ConfigError (exit 2)."""
+    from pi_dispatch.config.declaration import load_declared
+    from pi_dispatch.config.receiver_settings import ReceiverSettings
+
     settings, raw = load_declared(ReceiverSettings, SCHEMA, env_file, environment=environment)
     return build_config(settings, raw.everything, raw.label, cwd)
+
+
+def handed_over(config: ReceiverConfig) -> ReceiverConfig:
+    """The configuration with its settings as plain values (`config/handover.py`), to cross from the child that
+    checked them to a receiver that never loads the checking libraries."""
+    return replace(config, settings=cast("ReceiverSettings", settled(config.settings)))

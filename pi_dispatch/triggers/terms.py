@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from pi_dispatch.core.jscompat import is_integer, js_string, js_trim
 
 MODELS_MAX: Final = 16
-COST_MAX: Final = Decimal(1_000_000)
+COST_MAX: Final = 1_000_000
 PROVIDER: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MODEL: Final = re.compile(r"(?:[A-Za-z0-9]|[~@][A-Za-z0-9])[A-Za-z0-9._:/@-]{0,62}")
 COST: Final = re.compile(r"(?:0|[1-9][0-9]*)(?:\.[0-9]{1,6})?")
@@ -88,6 +87,8 @@ def _max_cost(value: object) -> bool:
     text = js_string(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
     if not isinstance(text, str) or not COST.fullmatch(text):
         return False
+    from decimal import Decimal, InvalidOperation  # exact, and only where a triggers file is checked
+
     try:
         return Decimal(0) < Decimal(text) <= COST_MAX
     except InvalidOperation:

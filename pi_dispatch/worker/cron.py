@@ -145,7 +145,14 @@ class CronSchedules:
         return None
 
     async def _apply(self) -> tuple[int, int]:
-        queue = self._open()
+        """Reconcile through a Queue opened for it and closed after: reconciles are rare (boot, a changed file), and
+        an open Queue holds a connection and BullMQ's every script for the worker's whole life."""
+        try:
+            return await self._apply_on(self._open())
+        finally:
+            await self._close_queue()
+
+    async def _apply_on(self, queue: Any) -> tuple[int, int]:
         repeat: dict[str, str] = {"tz": self.zone} if self.zone else {}
         for schedule in self.schedules:
             await bounded(
@@ -176,6 +183,10 @@ class CronSchedules:
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
-        if self._queue is not None:
+        await self._close_queue()
+
+    async def _close_queue(self) -> None:
+        queue, self._queue = self._queue, None
+        if queue is not None:
             with contextlib.suppress(Exception):
-                await bounded(self._queue.close(), OP_TIMEOUT_S)
+                await bounded(queue.close(), OP_TIMEOUT_S)

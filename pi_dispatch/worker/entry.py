@@ -10,41 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
 
 if TYPE_CHECKING:
     from pi_dispatch.config.worker_settings import WorkerSettings
 
-ENV_FILE_OPTION = "--env-file"
 # What the worker reads of its settings besides their fields.
 SETTINGS_PROPERTIES: Final = ("worker_name_declared",)
 
 
-def plain_invocation(arguments: Sequence[str]) -> tuple[Path | None] | None:
-    """`worker` or `worker --env-file FILE` (its env file, or None), the two ways a unit starts it; None for
-    anything else, which the full command line parses (and explains)."""
-    match list(arguments):
-        case ["worker"]:
-            return (None,)
-        case ["worker", str(option), str(path)] if option == ENV_FILE_OPTION and path and not path.startswith("-"):
-            return (Path(path),)
-        case ["worker", str(option)] if option.startswith(f"{ENV_FILE_OPTION}=") and option.partition("=")[2]:
-            return (Path(option.partition("=")[2]),)
-    return None
-
-
 def checked_settings(env_file: Path | None) -> WorkerSettings:
     """The worker's settings, checked in a child process (a config error raises here, naming every problem)."""
-    from pi_dispatch.config.handover import checked_in_child
+    from pi_dispatch.config.handover import Settled, checked_in_child, settled
 
-    def load() -> WorkerSettings:
+    def load() -> Settled:
         from pi_dispatch.config.worker_settings import load_settings
 
-        return load_settings(env_file)
+        return settled(load_settings(env_file), SETTINGS_PROPERTIES)
 
-    return cast("WorkerSettings", checked_in_child(load, SETTINGS_PROPERTIES))
+    return cast("WorkerSettings", checked_in_child(load))
 
 
 def run(env_file: Path | None) -> int:

@@ -60,6 +60,7 @@ async def queue_of(valkey_url: str, client: aioredis.Redis) -> AsyncIterator[Any
 
 @pytest.mark.docker
 @pytest.mark.redis
+@pytest.mark.timeout(300)  # about 75 s alone: a 20 s job, a lock to expire, a re-home; its own waits bound it
 async def test_a_dead_named_hosts_jobs_run_elsewhere_all_of_them_once(
     tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queue_of: Any
 ) -> None:

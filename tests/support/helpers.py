@@ -9,9 +9,26 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from pi_dispatch.cli.app import main
+
+# What a long-running process (the worker, the receiver) must never load: the CLI framework and the libraries that
+# check settings (a child checks them for it, `config/handover.py`).
+CLI_FRAMEWORK = ("typer", "rich", "click", "ansible")
+SETTINGS_CHECKERS = ("pydantic", "pydantic_core", "pydantic_settings", "jsonschema")
+
+
+def modules_loaded(code: str, roots: Iterable[str], prefixes: Iterable[str] = ()) -> list[str]:
+    """Run `code` in a fresh interpreter; the modules it left loaded whose top package is one of `roots` or whose
+    name starts with one of `prefixes`."""
+    probe = (
+        f"{code}\nimport sys\n"
+        f"print(' '.join(sorted(name for name in sys.modules if name.split('.')[0] in {set(roots)!r}"
+        f" or name.startswith({tuple(prefixes)!r}))))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    return result.stdout.splitlines()[-1].split() if result.stdout.strip() else []
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -113,6 +113,22 @@ async def test_an_entry_that_fires_every_second_puts_local_jobs_on_the_host_queu
     assert cron.row_facts()["cronCount"] == "1"
 
 
+async def test_a_reconcile_leaves_no_connection_open_behind_it(valkey_url: str, client: aioredis.Redis) -> None:
+    async def connections() -> int:
+        return len(await client.client_list())
+
+    before = await connections()
+    cron = schedules(client, valkey_url, triggers(entry("nightly", "0 3 * * *")))
+    try:
+        assert await cron.reconcile()
+        # the Queue it reconciled through held a connection (and BullMQ's every script) for the worker's whole life
+        assert await connections() == before
+        assert await cron.reconcile()  # and a later reconcile opens one again
+        assert await connections() == before
+    finally:
+        await cron.close()
+
+
 async def test_reconcile_is_idempotent_and_removes_a_deleted_entry_with_its_pending_job(
     valkey_url: str, client: aioredis.Redis, host_queue: Queue
 ) -> None:
