@@ -165,7 +165,8 @@ def js_trim(text: str) -> str:
     return text.strip(JS_SPACE)
 
 
-_DECIMAL: Final = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+# ASCII digits only: JS reads no other digits, where Python's \d and float() read every script's
+_DECIMAL: Final = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 _RADIX: Final = {
     "0x": (16, re.compile(r"[0-9a-fA-F]+")),
     "0o": (8, re.compile(r"[0-7]+")),
@@ -174,6 +175,8 @@ _RADIX: Final = {
 
 
 def _string_to_number(text: str) -> float:
+    if text.isascii() and text.isdigit():  # the common case (a stamp, a count): read as JS reads it, at once
+        return float(text)
     body = text.strip(JS_SPACE)
     if body == "":
         return 0.0
@@ -217,7 +220,8 @@ _ISO: Final = re.compile(
     r"(?:-(?P<month>\d{2})(?:-(?P<day>\d{2}))?)?"
     r"(?:[Tt](?P<hour>\d{2}):(?P<minute>\d{2})"
     r"(?::(?P<second>\d{2})(?:\.(?P<fraction>\d+))?)?"
-    r"(?P<zone>[Zz]|[+-]\d{2}:\d{2})?)?"
+    r"(?P<zone>[Zz]|[+-]\d{2}:\d{2})?)?",
+    re.ASCII,  # JS reads ASCII digits alone
 )
 _MAX_TIME_MS: Final = 8.64e15
 

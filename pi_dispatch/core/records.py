@@ -21,7 +21,7 @@ from pi_dispatch.core.reasons import REASONS
 UNRECOGNIZED_REASON: Final = "unrecognized"
 
 _USAGE_ID: Final = re.compile(r"[a-z0-9][a-z0-9._:/-]{0,63}")
-_PI_AI_VERSION: Final = re.compile(r"\d+\.\d+\.\d+")
+_PI_AI_VERSION: Final = re.compile(r"\d+\.\d+\.\d+", re.ASCII)
 _USAGE_COUNTERS: Final = (
     "calls",
     "input",

@@ -62,7 +62,8 @@ def wait_backoff_ms(base_ms: float, held_ms: float) -> int:
 
 # An `after` condition's instant: ISO-8601 with a zone (the triggers file is checked against the same pattern).
 AFTER_INSTANT: Final = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt](?:[01]\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:\d{2})"
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](?:[01]\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:\d{2})",
+    re.ASCII,  # as the schema's pattern reads \d: ASCII digits alone
 )
 _DAYS: Final = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 

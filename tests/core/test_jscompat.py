@@ -73,13 +73,19 @@ def test_string_coercion(value: object, expected: str) -> None:
         ([5], 5.0),
         (True, 1.0),
         ("Infinity", math.inf),
+        ("0012", 12.0),
+        ("1789000000000", 1789000000000.0),
     ],
 )
 def test_number_coercion(value: object, expected: float) -> None:
     assert js_number(value) == expected
 
 
-@pytest.mark.parametrize("value", [MISSING, "abc", "1_000", "0x", "inf", "nan", "--1", [1, 2], {"a": 1}])
+@pytest.mark.parametrize(
+    "value",
+    # digits Python's float() reads and JS's Number() does not: Arabic-Indic, full-width, superscript
+    [MISSING, "abc", "1_000", "0x", "inf", "nan", "--1", [1, 2], {"a": 1}, "\u0663", "\uff11\uff12", "\u00b2"],
+)
 def test_number_coercion_nan(value: object) -> None:
     assert math.isnan(js_number(value))
 
@@ -123,6 +129,7 @@ def test_date_parse_iso(text: str, expected: int) -> None:
         " 2026-08-30T12:00:00Z",
         "2026-08-30T12:00:00Z ",
         "+275760-09-13T00:00:00.001Z",
+        "\u0662\u0660\u0662\u0666-08-30",  # Arabic-Indic digits: Python's \d reads them, JS does not
     ],
 )
 def test_date_parse_refuses(text: str) -> None:

@@ -75,6 +75,7 @@ def test_wait_backoff(base: int, elapsed: int, expected: int) -> None:
         ("2028-02-29T00:00:00Z", 1835395200000, None),
         ("2026-09-01T09:00:00Z\n", None, "shape"),
         (20260901, None, "shape"),
+        ("\u0662026-09-01T09:00:00Z", None, "shape"),  # an Arabic-Indic digit, which the schema's \d refuses
     ],
 )
 def test_parse_after_instant(text: object, epoch_ms: int | None, error: str | None) -> None:
