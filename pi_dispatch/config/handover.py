@@ -1,10 +1,10 @@
 """Settings checked in a child process and handed to a parent that never loads what checked them.
 
-A worker runs for months on every host, and the libraries that check its settings (pydantic, pydantic-settings,
-jsonschema) would hold about 13 MB of its resident memory for the sake of its first second. So the worker forks
-before loading them: the child reads and checks the settings exactly as `config check` does (every problem named,
-exit 2 for bad config), then hands their values back over a pipe; the parent runs with a frozen copy under the same
-attribute names. The declaration stays the one on the pydantic-settings model; only its result crosses the pipe.
+A worker (or a receiver) runs for months on every host, and the libraries that check its settings (pydantic,
+pydantic-settings, jsonschema) would hold about 13 MB of its resident memory for the sake of its first second. So it
+forks before loading them: the child reads and checks the settings exactly as `config check` does (every problem
+named, exit 2 for bad config), then hands their values back over a pipe; the parent runs with a frozen copy under the
+same attribute names. The declaration stays the one on the pydantic-settings model; only its result crosses the pipe.
 
 This module imports the standard library alone, so importing it costs the parent nothing.
 """
