@@ -118,18 +118,17 @@ def checked_in_child(load: Callable[[], T]) -> T:
     os.close(write_end)
     with os.fdopen(read_end, "rb") as pipe:
         answer = pipe.read()
-    _, wait_status = os.waitpid(child, 0)
-    if not answer or os.waitstatus_to_exitcode(wait_status) != 0:
+    exit_code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+    if not answer or exit_code != 0:
         raise HandoverFailed(
-            f"the settings check ended without an answer (exit {os.waitstatus_to_exitcode(wait_status)}); "
-            "it is tried again when the unit restarts"
+            f"the settings check ended without an answer (exit {exit_code}); it is tried again when the unit restarts"
         )
     kind, payload = pickle.loads(answer)  # noqa: S301 - written by this process's own child, a moment ago
     if kind == "refused":
         raise ConfigError(payload)
     if kind == "failed":
-        message, exit_code = payload
-        raise HandoverFailed(message, exit_code)
+        message, status = payload
+        raise HandoverFailed(message, status)
     return payload  # type: ignore[no-any-return]
 
 

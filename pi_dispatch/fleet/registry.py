@@ -23,7 +23,7 @@ from pi_dispatch.core.keys import HOST_LIVE, REHOME_SILENT, host_row_key
 from pi_dispatch.core.names import PROFILE_NAME_RE, WORKER_NAME_RE, worker_name_problem
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe, reply_text
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe, reply_text, reply_whole
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -271,7 +271,7 @@ async def beating(
     return {
         name
         for name, beat in zip(listed, beats, strict=True)
-        if beat is not None and reply_text(beat).isdigit() and now_ms - int(reply_text(beat)) <= ROUTE_FRESH_MS
+        if (stamp := reply_whole(beat)) is not None and now_ms - stamp <= ROUTE_FRESH_MS
     }
 
 

@@ -52,7 +52,7 @@ from pi_dispatch.fleet.registry import LiveHosts, beating, read_live_hosts
 from pi_dispatch.fleet.snapshot import FleetView, fleet_view
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe, reply_text
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe, reply_text, reply_whole
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -169,7 +169,7 @@ class Rehomer:
         finally:
             if not hold:
                 with contextlib.suppress(Exception):
-                    if reply_text(await bounded(self.client.get(REHOME_LEASE), OP_TIMEOUT_S) or b"") == token:
+                    if reply_text(await bounded(self.client.get(REHOME_LEASE), OP_TIMEOUT_S)) == token:
                         await bounded(self.client.delete(REHOME_LEASE), OP_TIMEOUT_S)
 
     async def _sweep(self, *, elected: bool = False) -> int:
@@ -260,7 +260,7 @@ class Rehomer:
             if not any(int(count) for count in counts):
                 states[host] = None
                 continue
-            stored_ms = int(stored) if stored is not None and reply_text(stored).isdigit() else None
+            stored_ms = reply_whole(stored)
             since = silent_since(by_name.get(host), stored_ms, now)
             waiting, delayed, prioritized, active = (int(count) for count in counts)
             held = QueueHeld(waiting, delayed, prioritized, active, reply_text(last_event[0][0]) if last_event else "")
@@ -318,7 +318,7 @@ class Rehomer:
         target = host_queue_name(host) if host is not None else SHARED_QUEUE
         if target == source:
             return 0
-        dedup_id = reply_text(deduplication) if deduplication is not None else ""
+        dedup_id = reply_text(deduplication)
         result = await self._mover.move(source, target, job_id, dedup_id)
         if isinstance(result, str):
             self.log("job_rehomed", {"jobId": job_id, "from": source, "to": target, "state": result})

@@ -40,9 +40,10 @@ def reply_text(value: object) -> str:
 
 
 def reply_whole(value: object) -> int | None:
-    """A reply that holds a whole number written in digits alone, else None."""
+    """A reply that holds a whole number written in ASCII digits alone (as a JS peer writes and reads one), else
+    None."""
     text = reply_text(value)
-    return int(text) if text.isdigit() else None
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def connect(

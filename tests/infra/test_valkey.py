@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pi_dispatch.infra.valkey import fleet_id, with_password
+from pi_dispatch.infra.valkey import fleet_id, reply_text, reply_whole, with_password
 
 
 @pytest.mark.parametrize(
@@ -26,3 +26,22 @@ def test_fleet_id_names_the_store_and_never_the_password() -> None:
     plain = fleet_id("redis://store:6379/0")
     assert fleet_id("redis://:s3cret@store:6379/0") == plain
     assert fleet_id("redis://store:6379/1") != plain and len(plain) == 12
+
+
+@pytest.mark.parametrize(
+    ("value", "text", "whole"),
+    [
+        (b"1789000000000", "1789000000000", 1789000000000),
+        ("42", "42", 42),
+        (None, "", None),
+        (b"\xff7", "\ufffd7", None),  # not UTF-8: replaced, never raised
+        ("\u0663", "\u0663", None),  # a digit a JS peer does not read as one
+        (b"-1", "-1", None),
+        (b"", "", None),
+    ],
+)
+def test_a_reply_reads_as_text_and_as_a_whole_number_only_in_ascii_digits(
+    value: object, text: str, whole: int | None
+) -> None:
+    assert reply_text(value) == text
+    assert reply_whole(value) == whole
