@@ -46,6 +46,7 @@ from pi_dispatch.core.keys import host_row_key
 from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE, build_example_image
 from pi_dispatch.demo.store import EmbeddedValkey
 from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
 from pi_dispatch.testing.services import PrivateDocker, worker_process_env
@@ -82,6 +83,7 @@ class Overlaps:
         self.client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
         self.most: dict[str, int] = defaultdict(int)
         self.hosts: dict[str, set[str]] = defaultdict(set)
+        self.first_seen: dict[tuple[str, str], float] = {}  # (job, host) -> when its container was first seen
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -90,12 +92,20 @@ class Overlaps:
             with contextlib.suppress(Exception):
                 seen: dict[str, int] = defaultdict(int)
                 for container in self.client.containers.list(filters={"label": LABEL_JOB}):
-                    job = container.labels.get(LABEL_JOB, "")
+                    job, host = container.labels.get(LABEL_JOB, ""), container.labels.get(LABEL_HOST, "")
                     seen[job] += 1
-                    self.hosts[job].add(container.labels.get(LABEL_HOST, ""))
+                    self.hosts[job].add(host)
+                    self.first_seen.setdefault((job, host), time.monotonic())
                 for job, count in seen.items():
                     self.most[job] = max(self.most[job], count)
             self._stop.wait(0.1)
+
+    def first_seen_by_host(self) -> dict[str, list[float]]:
+        """When each host's job containers were first seen, host by host."""
+        found: dict[str, list[float]] = defaultdict(list)
+        for (_, host), seen in self.first_seen.items():
+            found[host].append(seen)
+        return found
 
     def __enter__(self) -> Overlaps:
         self._thread.start()
@@ -235,7 +245,7 @@ def tally(figures: Figures, found: dict[str, str], overlaps: Overlaps, records: 
 
 async def enqueue(url: str, jobs: list[dict[str, Any]]) -> list[tuple[str, str]]:
     client = connect(url)
-    enqueuer = Enqueuer(url, ForgeRouter(registry_reader(client)))
+    enqueuer = Enqueuer(StoreAddress(url), ForgeRouter(registry_reader(client)))
     try:
         placed = []
         for data in jobs:

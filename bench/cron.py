@@ -29,6 +29,7 @@ from bullmq import Queue, Worker
 
 from pi_dispatch.demo.store import EmbeddedValkey, server_binary
 from pi_dispatch.infra.events import Recorder
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.triggers.file import Trigger, parse_triggers
 from pi_dispatch.triggers.schedules import LOCAL_JOB_NAME, LOCAL_JOB_OPTIONS, schedules_of
@@ -53,7 +54,7 @@ async def no_peers() -> bool:
 
 
 def schedules(client: Any, url: str, triggers: list[Trigger], log: Recorder | None = None) -> CronSchedules:
-    return CronSchedules(client, url, QUEUE, "UTC", "bench", False, no_peers, triggers, log or Recorder())
+    return CronSchedules(client, StoreAddress(url), QUEUE, "UTC", "bench", False, no_peers, triggers, log or Recorder())
 
 
 async def plain_upserts(url: str, triggers: list[Trigger]) -> None:

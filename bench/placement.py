@@ -41,6 +41,7 @@ import redis
 from pi_dispatch.core.keys import SHARED_QUEUE, bull_key, host_queue_name, host_row_key
 from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE, build_example_image
 from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, forge_job_options, registry_reader
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
 from pi_dispatch.testing.services import RedisServer, worker_process_env
@@ -231,7 +232,7 @@ def job_data(job: Job, number: int) -> dict[str, Any]:
 async def enqueue(url: str, jobs: Sequence[Job], first_number: int) -> tuple[float, dict[str, str]]:
     """Every job through the real router at once; returns when they were enqueued and each one's queue."""
     client = connect(url)
-    enqueuer = Enqueuer(url, ForgeRouter(registry_reader(client)))
+    enqueuer = Enqueuer(StoreAddress(url), ForgeRouter(registry_reader(client)))
     started = time.time()
     try:  # one after another, so the store's oldest-first is the batch's order, as the ideal schedule has it
         placed = [

@@ -24,6 +24,7 @@ from pathlib import Path
 from pi_dispatch.core.jobs import forge_job_data
 from pi_dispatch.demo.store import free_port
 from pi_dispatch.fleet.enqueue import forge_job_options
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.receiver.auth import hub_signature
 from pi_dispatch.testing.services import RedisServer
 
@@ -70,7 +71,7 @@ async def serve(port: int, url: str) -> None:
     from pi_dispatch.triggers.file import parse_triggers
 
     rules = Rules.from_triggers(parse_triggers(json.dumps(TRIGGERS), "bench"))
-    enqueuer = Enqueuer(url, ForgeRouter(registry_reader(connect(url))))
+    enqueuer = Enqueuer(StoreAddress(url), ForgeRouter(registry_reader(connect(url))))
     receiver = Receiver(rules, enqueuer, discard, github_secret=SECRET, identities=Identities(github=999))
     runner = web.ServerRunner(application(receiver), access_log=None)
     await runner.setup()

@@ -44,6 +44,7 @@ from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE
 from pi_dispatch.fleet.enqueue import ForgeRouter, registry_reader
 from pi_dispatch.fleet.rehome import Rehomer
 from pi_dispatch.infra.clock import host_zone
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.jobs import forge_job
 from pi_dispatch.testing.services import PLAIN_BULLMQ_WORKER, RedisServer, rss_mb, worker_process_env
@@ -236,7 +237,7 @@ async def sweep_time(url: str) -> tuple[float, int, float, int]:
     """A sweeper's first sweep (it looks at every silent host's jobs) and its next (only at what changed): the
     time and commands of each. Run with no worker left, so this one holds the lease."""
     client = connect(url)
-    mover = Rehomer(client, url, 120_000, 30_000)
+    mover = Rehomer(client, StoreAddress(url), 120_000, 30_000)
     figures: list[float] = []
     for _ in range(2):
         await client.delete(REHOME_LEASE)  # the interval over: this sweeper elected, as a worker's would be

@@ -31,6 +31,7 @@ from pi_dispatch.demo.store import EmbeddedValkey
 from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, forge_job_options, registry_reader
 from pi_dispatch.fleet.registry import HostRegistry
 from pi_dispatch.infra.events import discard
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.jobs import forge_job
 from pi_dispatch.worker.containers import ContainerRuntime
@@ -88,7 +89,7 @@ async def enqueue_rates(url: str, count: int, rounds: int = 5) -> tuple[float, f
         registry = HostRegistry(client, name)
         await registry.start({"caps": caps, "routes": "true"})
     plain_queue = Queue("pi-jobs@mini1", {"connection": url})
-    enqueuer = Enqueuer(url, ForgeRouter(registry_reader(client)))
+    enqueuer = Enqueuer(StoreAddress(url), ForgeRouter(registry_reader(client)))
     plain_rates, routed_rates = [], []
     for round_number in range(rounds):
         base = round_number * count

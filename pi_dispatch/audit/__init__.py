@@ -1,3 +1,3 @@
-"""The audit: placement findings, live drift, the cron audit and the rollout's health gate. Pure over already-loaded
-inputs.
+"""The audit: placement findings, live drift, the store's own findings, the cron audit and the rollout's health gate.
+Pure over already-loaded inputs.
 """

@@ -62,6 +62,12 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         "info",
         "an operator drains this host (pi-dispatch drain): it finishes what it runs and takes nothing new",
     ),
+    "store-eviction": ("error", "the store may evict keys (maxmemory-policy is not noeviction): accepted jobs lost"),
+    "store-no-replica": ("warning", "the store has no replica in sync: losing its machine loses every queue"),
+    "store-writes-unguarded": (
+        "warning",
+        "the store has replicas but min-replicas-to-write 0: a primary cut off from them keeps taking writes it loses",
+    ),
     "queue-silent-host": (
         "warning",
         "a named host is silent with jobs on its queue; they move to the live fleet after PI_REHOME_AFTER_MS",

@@ -21,6 +21,7 @@ from pi_dispatch.audit.drift import (
     queue_findings,
 )
 from pi_dispatch.audit.findings import CODES, SEVERITIES, Finding, Report, Severity
+from pi_dispatch.audit.store import store_findings
 from pi_dispatch.config.hostvars import InventoryHost, host_problems
 from pi_dispatch.config.worker_settings import steal_after_ms
 from pi_dispatch.core.capabilities import CAP_SECRET, DEFAULT_SECRET_TOKEN, job_needs, need_label, profile_variable
@@ -29,6 +30,7 @@ from pi_dispatch.core.rehoming import rehome_after_ms
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
 from pi_dispatch.fleet.registry import InvalidRow
 from pi_dispatch.fleet.steal import Waiting
+from pi_dispatch.fleet.storeview import StoreState
 from pi_dispatch.triggers.file import Trigger
 from pi_dispatch.triggers.schedules import CRON
 
@@ -254,10 +256,11 @@ def audit(
     waiting: Sequence[Waiting] = (),
     now_ms: int = 0,
     host_triggers: Mapping[str, Sequence[Trigger]] | None = None,
+    store: StoreState | None = None,
 ) -> Report:
     """The whole audit. live_rows None means --live was not asked for (or the registry was unreachable);
     waiting: the oldest jobs on each queue (`fleet/backlog.py`).
-    host_triggers: each inventory host's own triggers file (its cron), by host name."""
+    host_triggers: each inventory host's own triggers file (its cron), by host name; store: the store's own state."""
     cron_files = host_triggers or {}
     fleet = [FleetHost.of_inventory(host) for host in hosts]
     down = set(simulate_down)
@@ -284,6 +287,7 @@ def audit(
         findings += idle_slot_findings(live_rows, waiting, defaultdict(lambda: steal_after_ms(None), delays))
         findings += invalid_row_findings(invalid_rows)
         findings += cron_drift_findings(hosts, fleet, live_rows, cron_files)
+        findings += store_findings(store)
     findings += _placement_findings(triggers, fleet, down, liveness)
     findings += cron_findings(fleet, cron_files)
     order = {severity: rank for rank, severity in enumerate(SEVERITIES)}

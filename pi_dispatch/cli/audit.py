@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pi_dispatch.config.hostvars import InventoryHost
     from pi_dispatch.fleet.hosts import HostQueue
     from pi_dispatch.fleet.steal import Waiting
+    from pi_dispatch.fleet.storeview import StoreState
     from pi_dispatch.triggers.file import Trigger
 
 
@@ -72,8 +73,8 @@ def audit(
         shown.update(step, completed=1)
         _check_simulated(hosts, simulate_down or [], inventory)
         loaded, host_triggers = _load_triggers(shown, receiver_files, hosts, triggers or [])
-        rows, state, host_queues, invalid_rows, waiting = (
-            _read_live(shown, url) if live or url else (None, "off", [], [], [])
+        rows, state, host_queues, invalid_rows, waiting, store = (
+            _read_live(shown, url) if live or url else (None, "off", [], [], [], None)
         )
         shown.add_task(f"Auditing {len(loaded)} triggers across {len(hosts)} hosts", total=None)
         report = run_audit(
@@ -87,6 +88,7 @@ def audit(
             waiting=waiting,
             now_ms=wall_ms(),
             host_triggers=host_triggers,
+            store=store,
         )
     report.accepted = frozenset(accepted_codes(accept or []))
     if as_json:
@@ -135,17 +137,17 @@ def _load_triggers(
 
 def _read_live(
     shown: Any, url: str | None
-) -> tuple[list[dict[str, object]] | None, str, list[HostQueue], list[InvalidRow], list[Waiting]]:
+) -> tuple[list[dict[str, object]] | None, str, list[HostQueue], list[InvalidRow], list[Waiting], StoreState | None]:
     """The live registry's rows (None when unreachable), its state as the report says it, host queues, bad rows,
-    and the oldest jobs waiting on each queue."""
-    from pi_dispatch.cli.reads import read_fleet, valkey_url
+    the oldest jobs waiting on each queue, and the store's own state."""
+    from pi_dispatch.cli.reads import read_fleet, store_address
 
     step = shown.add_task("Reading the live registry and host queues", total=1)
-    read = read_fleet(valkey_url(url))
+    read = read_fleet(store_address(url))
     shown.update(step, completed=1)
     if isinstance(read.live, LiveHosts):
-        return read.live.hosts, "ok", read.host_queues, read.live.invalid, read.waiting
-    return None, f"unreachable ({read.live.reason})", read.host_queues, [], []
+        return read.live.hosts, "ok", read.host_queues, read.live.invalid, read.waiting, read.store
+    return None, f"unreachable ({read.live.reason})", read.host_queues, [], [], None
 
 
 def accepted_codes(codes: list[str]) -> list[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -30,17 +29,15 @@ def top(
 ) -> None:
     """The fleet live, about once a second: hosts, queues by state, the latest runs. q or Ctrl-C leaves; a pipe
     gets one frame, as with --once."""
-    from pi_dispatch.cli.reads import valkey_url
+    from pi_dispatch.cli.reads import store_address
     from pi_dispatch.console.top import watch
     from pi_dispatch.core.rehoming import rehome_after_ms
 
-    password = os.environ.get("VALKEY_PASSWORD") or None
     raise typer.Exit(
         asyncio.run(
             watch(
                 console,
-                valkey_url(url),
-                password,
+                store_address(url),
                 rehome_after_ms(None),
                 once=once or not console.is_terminal,
                 rows=rows,
@@ -56,13 +53,13 @@ def hosts(
 ) -> None:
     """The live host registry (name, routes, caps, staleness, version, tz, free slots, and how many of the jobs
     waiting it could run) and each named host's queue."""
-    from pi_dispatch.cli.reads import read_fleet, valkey_url
+    from pi_dispatch.cli.reads import read_fleet, store_address
     from pi_dispatch.console.tables import print_host_queues, print_hosts
     from pi_dispatch.core.rehoming import rehome_after_ms
     from pi_dispatch.fleet.backlog import runnable
     from pi_dispatch.infra.clock import wall_ms
 
-    read = read_fleet(valkey_url(url))
+    read = read_fleet(store_address(url))
     result, host_queues = read.live, read.host_queues
     if isinstance(result, Unreachable):
         errors.print(f"[red]registry unreachable[/red]: {escape(result.reason)}")
@@ -81,6 +78,8 @@ def hosts(
         print_hosts(console, result.hosts, result.invalid, runnable(result.hosts, read.waiting))
         if host_queues:
             print_host_queues(console, host_queues, after_ms, now_ms)
+        if read.store is not None:
+            console.print(read.store.summary(), markup=False, highlight=False)
 
 
 def runs(
@@ -99,15 +98,15 @@ def runs(
     """This host's run records merged with the fleet mirror, each labelled with its host; with --job, every attempt
     of one job."""
     from pi_dispatch.cli.job import logs_dir_of
-    from pi_dispatch.cli.reads import job_attempts, merged_runs, valkey_url
+    from pi_dispatch.cli.reads import job_attempts, merged_runs, store_address
     from pi_dispatch.console.tables import print_runs
 
     directory = logs_dir_of(logs_dir)
     if job is not None:
-        found, degraded, skipped = job_attempts(directory, valkey_url(url), job), "ok", 0
+        found, degraded, skipped = job_attempts(directory, store_address(url), job), "ok", 0
     else:
         wanted = limit if host is None and outcome is None else 10 * limit
-        found, degraded, skipped = merged_runs(directory, valkey_url(url), wanted, None)
+        found, degraded, skipped = merged_runs(directory, store_address(url), wanted, None)
     found = [run for run in found if (host is None or run.get("host") == host)]
     found = [run for run in found if (outcome is None or run.get("outcome") == outcome)][: max(limit, 1)]
     if as_json:

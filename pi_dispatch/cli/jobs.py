@@ -38,7 +38,7 @@ def route(
     url: ValkeyUrlOption = None,
 ) -> None:
     """Which queue this job would go to, and for every host why it was or was not chosen."""
-    from pi_dispatch.cli.reads import read_registry, valkey_url
+    from pi_dispatch.cli.reads import read_registry, store_address
     from pi_dispatch.core.capabilities import explain_route
     from pi_dispatch.core.jobs import JobIdError, forge_delivery_job_id
     from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
@@ -50,7 +50,7 @@ def route(
         fleet = [FleetHost.of_inventory(host) for host in load_inventory(inventory)]
         hosts: list[dict[str, object]] = [routing_view(host, heartbeat_row(host)) for host in fleet]
     else:
-        result = read_registry(valkey_url(url))
+        result = read_registry(store_address(url))
         if isinstance(result, Unreachable):
             console.print(
                 f"[yellow]registry unreachable ({result.reason}): the router would use the shared queue[/yellow]"
@@ -88,10 +88,10 @@ def enqueue(
 ) -> None:
     """Route a forge job and add it to its queue with the reference's options; say where it went and why. A job
     id that exists already is not added (exit 1; 0 with --if-absent), nor a duplicate within the dedup window."""
-    from pi_dispatch.cli.reads import enqueue_job, valkey_url
+    from pi_dispatch.cli.reads import enqueue_job, store_address
 
     data = read_job_file(job)
-    done = enqueue_job(valkey_url(url), kind, data)
+    done = enqueue_job(store_address(url), kind, data)
     if as_json:
         sys.stdout.write(json.dumps(done.as_json(), indent=2) + "\n")
     elif done.result == "added":

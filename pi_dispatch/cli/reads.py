@@ -11,7 +11,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from pi_dispatch.core.errors import PiDispatchError
+from pi_dispatch.core.errors import ConfigError, PiDispatchError, Problem
 from pi_dispatch.core.keys import SHARED_QUEUE
 from pi_dispatch.fleet.backlog import BACKLOG_READ
 from pi_dispatch.fleet.hosts import HostQueue
@@ -20,26 +20,34 @@ from pi_dispatch.fleet.queueview import read_queues
 from pi_dispatch.fleet.registry import LiveHosts, Unreachable, read_live_hosts
 from pi_dispatch.fleet.rehome import known_host_queues
 from pi_dispatch.fleet.steal import Waiting
+from pi_dispatch.fleet.storeview import StoreState, read_store_state
 from pi_dispatch.infra.clock import wall_ms
-from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL, connect, describe, with_password
+from pi_dispatch.infra.store import StoreAddress, store_from_environ
+from pi_dispatch.infra.valkey import describe
 from pi_dispatch.worker.history import read_records_counted
 
 
-def valkey_url(option: str | None) -> str:
-    """--valkey-url, else VALKEY_URL, else the default. The password only ever comes from VALKEY_PASSWORD."""
-    return option or os.environ.get("VALKEY_URL") or DEFAULT_VALKEY_URL
+def store_address(option: str | None) -> StoreAddress:
+    """The store from --valkey-url, else VALKEY_URL, else the default, and the Sentinels VALKEY_SENTINELS names,
+    as the worker reads them. Passwords only ever come from the environment (VALKEY_PASSWORD,
+    VALKEY_SENTINEL_PASSWORD)."""
+    try:
+        return store_from_environ(os.environ, option)
+    except ValueError as error:
+        fix = "host:port entries separated by commas, such as store1:26379,store2:26379"
+        raise ConfigError([Problem("VALKEY_SENTINELS", str(error), source="environment", fix=fix)]) from None
 
 
-async def with_client(url: str, use: Callable[[Any], Any]) -> Any:
-    client = connect(url, os.environ.get("VALKEY_PASSWORD") or None)
+async def with_client(store: StoreAddress, use: Callable[[Any], Any]) -> Any:
+    client = store.client()
     try:
         return await use(client)
     finally:
         await client.aclose()
 
 
-def read_registry(url: str) -> LiveHosts | Unreachable:
-    return asyncio.run(with_client(url, read_live_hosts))  # type: ignore[no-any-return]
+def read_registry(store: StoreAddress) -> LiveHosts | Unreachable:
+    return asyncio.run(with_client(store, read_live_hosts))  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -50,26 +58,28 @@ class FleetRead:
     live: LiveHosts | Unreachable
     host_queues: list[HostQueue]
     waiting: list[Waiting]
+    store: StoreState | None = None
 
 
-async def _fleet(client: Any) -> FleetRead:
+async def _fleet(client: Any, store: StoreAddress) -> FleetRead:
     live = await read_live_hosts(client)
     if not isinstance(live, LiveHosts):
         return FleetRead(live, [], [])
+    state = await read_store_state(client, store)
     try:
         names = await known_host_queues(client, live.hosts)
         read = await read_queues(client, [SHARED_QUEUE, *names], live.hosts, wall_ms(), backlog=BACKLOG_READ)
-        return FleetRead(live, read.queues[1:], read.waiting)
+        return FleetRead(live, read.queues[1:], read.waiting, state)
     except (RedisError, OSError, TimeoutError):
-        return FleetRead(live, [], [])
+        return FleetRead(live, [], [], state)
 
 
-def read_fleet(url: str) -> FleetRead:
-    return asyncio.run(with_client(url, _fleet))  # type: ignore[no-any-return]
+def read_fleet(store: StoreAddress) -> FleetRead:
+    return asyncio.run(with_client(store, lambda client: _fleet(client, store)))  # type: ignore[no-any-return]
 
 
-def read_mirror(url: str, limit: int) -> MirroredRuns:
-    return asyncio.run(with_client(url, lambda client: read_mirrored_runs(client, limit=limit)))  # type: ignore[no-any-return]
+def read_mirror(store: StoreAddress, limit: int) -> MirroredRuns:
+    return asyncio.run(with_client(store, lambda client: read_mirrored_runs(client, limit=limit)))  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -88,10 +98,9 @@ class Enqueue:
         return {"added": self.result == "added", **asdict(self)}
 
 
-def enqueue_job(url: str, kind: str, data: dict[str, Any]) -> Enqueue:
+def enqueue_job(store: StoreAddress, kind: str, data: dict[str, Any]) -> Enqueue:
     """Route and add one forge job, unless its id is already in a queue. A bad delivery is a ConfigError."""
     from pi_dispatch.core.capabilities import explain_route
-    from pi_dispatch.core.errors import ConfigError, Problem
     from pi_dispatch.core.jobs import JobIdError
     from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, forge_job_options, registry_reader
     from pi_dispatch.fleet.locate import candidate_queues, locate
@@ -104,7 +113,7 @@ def enqueue_job(url: str, kind: str, data: dict[str, Any]) -> Enqueue:
             there = found[0]
             return Enqueue("exists", there.queue, job_id, f"already {there.state} there", state=there.state)
         router = ForgeRouter(registry_reader(client))
-        enqueuer = Enqueuer(with_password(url, os.environ.get("VALKEY_PASSWORD")), router)
+        enqueuer = Enqueuer(store, router)
         try:
             enqueued = await enqueuer.enqueue_forge_job(kind, data)
         finally:
@@ -120,17 +129,17 @@ def enqueue_job(url: str, kind: str, data: dict[str, Any]) -> Enqueue:
         return Enqueue("added", queue, job_id, str(explanation.abstention))
 
     try:
-        return asyncio.run(with_client(url, run))  # type: ignore[no-any-return]
+        return asyncio.run(with_client(store, run))  # type: ignore[no-any-return]
     except JobIdError as error:
         raise ConfigError([Problem("job", str(error), kind, "give the job data a trigger.deliveryId")]) from error
     except (RedisError, OSError, TimeoutError) as error:
         raise PiDispatchError(f"the job was not enqueued: Valkey said {describe(error)}") from error
 
 
-def merged_runs(logs_dir: Path, url: str, limit: int, host: str | None) -> tuple[list[Any], str, int]:
+def merged_runs(logs_dir: Path, store: StoreAddress, limit: int, host: str | None) -> tuple[list[Any], str, int]:
     """This host's record files merged with the fleet mirror, how far to trust the mirror, and how many records
     were skipped as unreadable."""
-    mirrored = read_mirror(url, limit)
+    mirrored = read_mirror(store, limit)
     local, skipped = read_records_counted(logs_dir)
     runs = merge_runs(local, mirrored.runs, limit=limit if host is None else 10 * limit)
     if host is not None:
@@ -139,18 +148,23 @@ def merged_runs(logs_dir: Path, url: str, limit: int, host: str | None) -> tuple
 
 
 def run_store(url: str | None, use: Callable[[Any], Any]) -> Any:
+    """One command's store work (the store from --valkey-url and the environment), unreachable said in one line."""
+    return on_store(store_address(url), use)
+
+
+def on_store(store: StoreAddress, use: Callable[[Any], Any]) -> Any:
     """One command's store work, with a store that cannot be reached said in one line (exit 1)."""
     try:
-        return asyncio.run(with_client(valkey_url(url), use))
+        return asyncio.run(with_client(store, use))
     except (RedisError, OSError, TimeoutError) as error:
         raise PiDispatchError(f"Valkey could not be read: {describe(error)}") from error
 
 
-def job_attempts(logs_dir: Path, url: str, job_id: str) -> list[Any]:
+def job_attempts(logs_dir: Path, store: StoreAddress, job_id: str) -> list[Any]:
     """Every attempt of one job: the fleet's list in the store, else this host's own."""
     from pi_dispatch.core.names import record_stem
     from pi_dispatch.fleet.jobhistory import read_attempts
     from pi_dispatch.worker.history import read_attempt_records
 
-    stored = run_store(url, lambda client: read_attempts(client, record_stem(job_id)))
+    stored = on_store(store, lambda client: read_attempts(client, record_stem(job_id)))
     return list(stored) or read_attempt_records(logs_dir, job_id)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -20,16 +19,17 @@ from rich.markup import escape
 
 from pi_dispatch.cli.common import ValkeyUrlOption, console, errors
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
+from pi_dispatch.infra.store import StoreAddress
 
 rollout_app = typer.Typer(no_args_is_help=True, help="Roll the fleet out a batch at a time, each host gated.")
 POLL_S = 1.0
 
 
-async def _active_jobs(url: str, worker: str) -> list[str]:
+async def _active_jobs(store: StoreAddress, worker: str) -> list[str]:
     from pi_dispatch.core.keys import SHARED_QUEUE, bull_key, host_queue_name
-    from pi_dispatch.infra.valkey import bounded, connect
+    from pi_dispatch.infra.valkey import bounded
 
-    client = connect(url, os.environ.get("VALKEY_PASSWORD") or None)
+    client = store.client()
     try:
         found: list[str] = []
         for queue in (SHARED_QUEUE, host_queue_name(worker)):
@@ -62,21 +62,21 @@ def in_flight(
     inventory: InventoryOption, host: HostOption, url: ValkeyUrlOption = None, extra_vars: ExtraOption = None
 ) -> None:
     """The ids of the jobs active on the shared queue and the host's own, as JSON: what its stop must not lose."""
-    from pi_dispatch.cli.reads import valkey_url
+    from pi_dispatch.cli.reads import store_address
 
     worker = _expected(inventory, host, extra_vars, None).worker
-    sys.stdout.write(json.dumps(asyncio.run(_active_jobs(valkey_url(url), worker))) + "\n")
+    sys.stdout.write(json.dumps(asyncio.run(_active_jobs(store_address(url), worker))) + "\n")
 
 
-async def _gate(url: str, expected: Any, jobs: list[str], timeout_s: float) -> list[str]:
+async def _gate(store: StoreAddress, expected: Any, jobs: list[str], timeout_s: float) -> list[str]:
     from pi_dispatch.audit.rollout import LOST, verdict
     from pi_dispatch.core.keys import SHARED_QUEUE, bull_key
     from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
     from pi_dispatch.fleet.rehome import host_queue_names
     from pi_dispatch.infra.clock import wall_ms
-    from pi_dispatch.infra.valkey import bounded, connect
+    from pi_dispatch.infra.valkey import bounded
 
-    client = connect(url, os.environ.get("VALKEY_PASSWORD") or None)
+    client = store.client()
     since, deadline = wall_ms(), time.monotonic() + timeout_s
     try:
         while True:
@@ -112,7 +112,7 @@ def gate(
 ) -> None:
     """Wait until the host is back as its inventory renders it, polling, with no in-flight job lost: exit 0, or
     exit 1 naming the host and every reason."""
-    from pi_dispatch.cli.reads import valkey_url
+    from pi_dispatch.cli.reads import store_address
 
     try:
         jobs = json.loads(in_flight_jobs)
@@ -121,7 +121,7 @@ def gate(
     if not isinstance(jobs, list) or not all(isinstance(job, str) for job in jobs):
         raise ConfigError([Problem("--in-flight", "is not a JSON list of job ids", "command line", "pass its output")])
     expected = _expected(inventory, host, extra_vars, version)
-    problems = asyncio.run(_gate(valkey_url(url), expected, jobs, timeout_s))
+    problems = asyncio.run(_gate(store_address(url), expected, jobs, timeout_s))
     if problems:
         errors.print(escape(f"{host}: not healthy after {timeout_s:.0f} s: " + "; ".join(problems)))
         raise typer.Exit(ExitStatus.FAILURE)

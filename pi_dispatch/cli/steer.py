@@ -7,7 +7,6 @@ the registry) or the store could not be reached; 2 bad input.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from datetime import datetime
 from typing import Annotated, Any
@@ -23,7 +22,6 @@ from pi_dispatch.core.names import WORKER_NAME_RE
 from pi_dispatch.fleet.locate import candidate_queues
 from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
 from pi_dispatch.infra.clock import wall_ms
-from pi_dispatch.infra.valkey import with_password
 
 HostArgument = Annotated[str, typer.Argument(help="The host's worker name, as `hosts` shows it.")]
 
@@ -84,21 +82,21 @@ def retry(
     import json
     import sys
 
-    from pi_dispatch.cli.reads import valkey_url
+    from pi_dispatch.cli.reads import store_address
     from pi_dispatch.fleet.steer import failed_jobs, retry_job
 
     if (job_id is None) == (not failed):
         raise ConfigError(
             [Problem("retry", "needs a job id or --failed, not both", "command line", "name one job, or pass --failed")]
         )
-    connection = with_password(valkey_url(url), os.environ.get("VALKEY_PASSWORD"))
+    store = store_address(url)
     since_ms = _since(since)
 
     async def run(client: Any) -> list[tuple[str, Any]]:
         if job_id is not None:
-            return [(job_id, await retry_job(client, connection, job_id, await _queues(client, job_id)))]
+            return [(job_id, await retry_job(client, store, job_id, await _queues(client, job_id)))]
         found = await failed_jobs(client, await _queues(client, None), since_ms=since_ms, host=host)
-        return [(each, await retry_job(client, connection, each, [queue])) for each, queue in found]
+        return [(each, await retry_job(client, store, each, [queue])) for each, queue in found]
 
     results = run_store(url, run)
     if as_json:

@@ -298,6 +298,9 @@ WORKER_NAME_FORM: Final = TextForm(
 )
 _URL = TextForm(pattern=VALKEY_URL, what="a redis://, rediss:// or unix:// URL")
 _PASSWORD = TextForm(pattern=NO_CONTROL, what="one line", blank_is_default=True, secret=True)
+# empty names no Sentinel (VALKEY_URL is the store), so empty is a value here too
+_SENTINELS = TextForm(pattern=f"|{HOST_PORT}(?:{_BLANKS},{_BLANKS}{HOST_PORT}){{0,8}}", what="host:port list, or empty")
+_PRIMARY_NAME = TextForm(pattern=r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", what="a name", blank_is_default=True)
 _HOST_DIR = TextForm(pattern=ABSOLUTE_PATH, what="an absolute path", blank_is_default=True)
 _IMAGE = TextForm(pattern=IMAGE_REFERENCE_RE.pattern, what="an image reference")
 _ZONE = TextForm(pattern=ZONE, what="a zone name", blank_is_default=True)
@@ -322,6 +325,22 @@ SecretProfiles = Annotated[dict[str, str], NoDecode, BeforeValidator(_profiles),
 WaitProfiles = Annotated[dict[str, str], NoDecode, BeforeValidator(_profiles), ProfilesForm()]
 ValkeyUrl = Annotated[str, matching(_URL), _URL]
 Password = Annotated[SecretStr | None, matching(_PASSWORD), _PASSWORD]
+Sentinels = Annotated[str, matching(_SENTINELS), _SENTINELS]
+PrimaryName = Annotated[str, matching(_PRIMARY_NAME), _PRIMARY_NAME]
+# The replicated store's three settings, the same for the worker and the receiver (`infra/store.py` reads them).
+SENTINELS_HELP: Final = (
+    "The Sentinels of a replicated store, host:port comma separated: the primary is found through them, and "
+    "VALKEY_URL then gives only the database number. Empty: VALKEY_URL is the store.",
+    "host:port entries separated by commas, such as store1:26379,store2:26379,store3:26379; or empty",
+)
+PRIMARY_NAME_HELP: Final = (
+    "The name the Sentinels monitor the store's primary under (their `sentinel monitor <name>`).",
+    "letters, digits, dot, dash and underscore, up to 64, such as pi-dispatch",
+)
+SENTINEL_PASSWORD_HELP: Final = (
+    "The Sentinels' own password (their requirepass), when they ask for one; VALKEY_PASSWORD stays the store's.",
+    "one line, no control characters; keep it in a vault and the env file 0600",
+)
 HostDir = Annotated[Path, matching(_HOST_DIR), _HOST_DIR]
 HostFile = Annotated[Path | None, matching(_FILE), _FILE]
 ImageReference = Annotated[str, matching(_IMAGE), _IMAGE]

@@ -15,8 +15,21 @@ from pydantic import SecretStr, field_validator
 
 from pi_dispatch.config.declaration import DeclaredSettings, setting
 from pi_dispatch.config.envfile import render_env
-from pi_dispatch.config.kinds import HOST_PORT, Password, TextForm, ValkeyUrl, Whole, matching
+from pi_dispatch.config.kinds import (
+    HOST_PORT,
+    PRIMARY_NAME_HELP,
+    SENTINEL_PASSWORD_HELP,
+    SENTINELS_HELP,
+    Password,
+    PrimaryName,
+    Sentinels,
+    TextForm,
+    ValkeyUrl,
+    Whole,
+    matching,
+)
 from pi_dispatch.core.errors import ConfigError, Problem
+from pi_dispatch.infra.store import DEFAULT_PRIMARY_NAME
 from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL
 
 IDENTITY_RETRY_FLOOR_S: Final = 60
@@ -82,6 +95,9 @@ class ReceiverSettings(DeclaredSettings):
     valkey_password: Password = setting(
         "VALKEY_PASSWORD", None, "Valkey password, kept out of the URL. A password inside the URL wins.", SECRET_FIX
     )
+    valkey_sentinels: Sentinels = setting("VALKEY_SENTINELS", "", *SENTINELS_HELP)
+    valkey_primary_name: PrimaryName = setting("VALKEY_PRIMARY_NAME", DEFAULT_PRIMARY_NAME, *PRIMARY_NAME_HELP)
+    valkey_sentinel_password: Password = setting("VALKEY_SENTINEL_PASSWORD", None, *SENTINEL_PASSWORD_HELP)
     port: Whole = setting(
         "RECEIVER_PORT", 3000, "The webhook port.", "a whole number from 1 to 65535, digits only", ge=1, le=65_535
     )

@@ -21,6 +21,9 @@ from pydantic_settings import PydanticBaseSettingsSource
 
 from pi_dispatch.config.declaration import ENV_ONLY, DeclaredSettings, check_env, load_declared, setting
 from pi_dispatch.config.kinds import (
+    PRIMARY_NAME_HELP,
+    SENTINEL_PASSWORD_HELP,
+    SENTINELS_HELP,
     X_HOST_VAR,
     ContainerUser,
     Cpus,
@@ -32,7 +35,9 @@ from pi_dispatch.config.kinds import (
     JobNetwork,
     ListenAddress,
     Password,
+    PrimaryName,
     SecretProfiles,
+    Sentinels,
     ValkeyUrl,
     WaitProfiles,
     Whole,
@@ -46,6 +51,7 @@ from pi_dispatch.core.jscompat import DAY_MS
 from pi_dispatch.core.names import HOST_VAR_PREFIX
 from pi_dispatch.core.rehoming import REHOME_AFTER_MS, REHOME_FLOOR_MS
 from pi_dispatch.core.waits import WAIT_INTERVAL_FLOOR_MS
+from pi_dispatch.infra.store import DEFAULT_PRIMARY_NAME
 from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL
 
 # The env-file grammar allowed 15 digits before any bound was declared; a setting with no natural limit keeps that.
@@ -99,6 +105,9 @@ class WorkerSettings(DeclaredSettings):
         "Valkey password, kept out of the URL (keep it in a vault). A password inside the URL wins.",
         "one line, no control characters",
     )
+    valkey_sentinels: Sentinels = setting("VALKEY_SENTINELS", "", *SENTINELS_HELP)
+    valkey_primary_name: PrimaryName = setting("VALKEY_PRIMARY_NAME", DEFAULT_PRIMARY_NAME, *PRIMARY_NAME_HELP)
+    valkey_sentinel_password: Password = setting("VALKEY_SENTINEL_PASSWORD", None, *SENTINEL_PASSWORD_HELP)
     concurrency: Whole = setting(
         "PI_CONCURRENCY",
         3,

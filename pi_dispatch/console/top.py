@@ -37,11 +37,14 @@ from pi_dispatch.fleet.mirror import read_mirrored_runs
 from pi_dispatch.fleet.queueview import read_queues
 from pi_dispatch.fleet.registry import InvalidRow, LiveHosts, read_live_hosts
 from pi_dispatch.fleet.rehome import known_host_queues
+from pi_dispatch.fleet.storeview import StoreState, read_store_state
 from pi_dispatch.infra.clock import wall_ms
-from pi_dispatch.infra.valkey import connect, describe, shown
+from pi_dispatch.infra.valkey import describe
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
+
+    from pi_dispatch.infra.store import StoreAddress
 
 REFRESH_S: Final = 1.0
 ROWS: Final = 40  # per table, unless asked otherwise
@@ -62,6 +65,7 @@ class Frame:
     runs: list[Any] = field(default_factory=list)
     mirror: str = "off"
     could_run: dict[str, int] = field(default_factory=dict)  # by host: the waiting jobs it could run
+    store_state: StoreState | None = None
 
 
 @dataclass
@@ -71,6 +75,7 @@ class FrameReader:
     client: aioredis.Redis
     store: str
     known: set[str] = field(default_factory=set)  # every host queue seen, so one emptied stays in view
+    address: StoreAddress | None = None  # for the Sentinels' view of a replicated store
 
     async def read(self) -> Frame:
         now_ms = wall_ms()
@@ -86,9 +91,11 @@ class FrameReader:
             return Frame(now_ms, self.store, unreachable=describe(error))
         mirrored = await read_mirrored_runs(self.client, limit=LATEST_RUNS)
         could = runnable(live.hosts, read.waiting)
+        state = await read_store_state(self.client, self.address)
         return Frame(
-            now_ms, self.store, None, live.hosts, live.invalid, read.queues, mirrored.runs, mirrored.degraded, could
-        )
+            now_ms, self.store, None, live.hosts, live.invalid, read.queues, mirrored.runs, mirrored.degraded, could,
+            state,
+        )  # fmt: skip
 
 
 def _ago(now_ms: int, at: object) -> str:
@@ -229,7 +236,10 @@ def render(frame: Frame, rehome_after_ms: int, *, live: bool = True, rows: int =
         again = "; trying again every second" if live else ""
         message = f"Valkey is unreachable ({frame.unreachable}){again}."
         return Group(header, Panel(visible(message, 2_000), style="red"))
-    parts: list[RenderableType] = [header, hosts_table(frame, rows), queues_table(frame, rehome_after_ms, rows)]
+    parts: list[RenderableType] = [header]
+    if frame.store_state is not None:
+        parts.append(Text(plain(frame.store_state.summary())))
+    parts += [hosts_table(frame, rows), queues_table(frame, rehome_after_ms, rows)]
     if frame.invalid:
         parts.append(Text(plain(f"{len(frame.invalid)} registry rows refused as invalid (see pi-dispatch hosts)")))
     parts.append(runs_table(frame))
@@ -269,14 +279,14 @@ def _keys_that_quit(stop: asyncio.Event) -> Iterator[None]:
 
 
 async def watch(
-    console: Console, url: str, password: str | None, rehome_after_ms: int, *, once: bool, rows: int | None = None
+    console: Console, store: StoreAddress, rehome_after_ms: int, *, once: bool, rows: int | None = None
 ) -> int:
     """Print one frame (`once`: exit 1 when the store is unreachable), or refresh full-screen until q or Ctrl-C."""
     from rich.live import Live
 
     rows = ROWS if rows is None else rows
-    client = connect(url, password)
-    reader = FrameReader(client, shown(url))
+    client = store.client()
+    reader = FrameReader(client, store.shown(), address=store)
     try:
         if once:
             frame = await reader.read()

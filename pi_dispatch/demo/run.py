@@ -45,6 +45,7 @@ from pi_dispatch.fleet.inventory import load_inventory
 from pi_dispatch.fleet.mirror import merge_runs, read_mirrored_runs
 from pi_dispatch.fleet.registry import HostRegistry, LiveHosts, read_live_hosts
 from pi_dispatch.infra.events import discard
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.triggers.file import Trigger, load_triggers
 from pi_dispatch.worker.history import read_records
@@ -292,7 +293,7 @@ class Demo:
         """One signed GitHub delivery per example trigger, over HTTP to the receiver, which routes and queues it."""
         live = await read_live_hosts(client)
         rows = live.hosts if isinstance(live, LiveHosts) else []
-        enqueuer = RecordingEnqueuer(url, ForgeRouter(registry_reader(client)))
+        enqueuer = RecordingEnqueuer(StoreAddress(url), ForgeRouter(registry_reader(client)))
         title = "Deliveries: one signed GitHub webhook per example trigger, POSTed to the receiver"
         table = Table(title=title, show_lines=True)
         for column in ("trigger", "delivery", "answer", "needs", "queue", "why"):

@@ -26,12 +26,24 @@ from pi_dispatch.core.jobs import (
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
 from pi_dispatch.fleet.snapshot import FleetView, fleet_view
 from pi_dispatch.infra.events import EventLog, discard
+from pi_dispatch.infra.store import ReplicaCount, StoreAddress
 from pi_dispatch.infra.valkey import bounded, describe
 
 HOSTS_TTL_S: Final = 5.0
 MAX_VIEW_AGE_S: Final = 60.0  # a routing view older than this is not routed by
 READ_TIMEOUT_S: Final = 1.5
 ADD_TIMEOUT_S: Final = 5.0
+# A replicated store acknowledges an add only once every replica up holds it (`infra/store.ReplicaCount` says why
+# every one): WAIT for them, this long at most (within ADD_TIMEOUT_S). A job the primary took but the replicas did not
+# confirm is reported as not acknowledged; the forge's redelivery, or the operator's retry, finds it by its
+# deterministic id if the primary kept it.
+REPLICA_WAIT_MS: Final = 1_000
+
+
+class NotReplicated(ConnectionError):
+    """The primary took the write, but no replica confirmed it in time: not acknowledged, since a failover now would
+    lose it."""
+
 
 HostsReader = Callable[[], Awaitable[list[dict[str, object]]]]
 
@@ -160,9 +172,11 @@ class Enqueuer:
     the error that sank its batch.
     """
 
-    connection: str
+    store: StoreAddress
     router: ForgeRouter
     add_timeout_s: float = ADD_TIMEOUT_S
+    replica_wait_ms: int = REPLICA_WAIT_MS
+    _replicas: ReplicaCount | None = field(default=None, repr=False)
     queues: dict[str, Any] = field(default_factory=dict)
     _sending: set[str] = field(default_factory=set, repr=False)
     _gathering: dict[str, list[_Add]] = field(default_factory=dict, repr=False)
@@ -172,8 +186,22 @@ class Enqueuer:
         if name not in self.queues:
             from bullmq import Queue
 
-            self.queues[name] = Queue(name, {"connection": self.connection})
+            # one connection per queue: the WAIT after an add then counts that add
+            self.queues[name] = Queue(name, {"connection": self.store.queue_connection(single=True)})
         return self.queues[name]
+
+    async def _replicated(self, queue: Any) -> None:
+        """On a replicated store, return once a replica holds what this queue's connection wrote, else raise."""
+        if not self.store.replicated:
+            return
+        if self._replicas is None:
+            self._replicas = ReplicaCount(self.store)
+        required = await self._replicas.required()
+        confirmed = await queue.client.execute_command("WAIT", required, self.replica_wait_ms)
+        if int(confirmed) < required:
+            raise NotReplicated(
+                f"{confirmed} of {required} replicas confirmed the job within {self.replica_wait_ms} ms"
+            )
 
     async def enqueue_forge_job(self, kind: str, job: Mapping[str, Any]) -> Enqueued:
         """Route and add the job. Raises JobIdError for an unusable delivery."""
@@ -194,7 +222,9 @@ class Enqueuer:
             # asyncio.timeout rather than bounded(): no task per add, and a cancelled add unwinds at once, since
             # BullMQ's client drops the connection it was reading from.
             async with asyncio.timeout(self.add_timeout_s):
-                job = await self._queue(name).add(kind, data, options)
+                queue = self._queue(name)
+                job = await queue.add(kind, data, options)
+                await self._replicated(queue)
         finally:
             self._sent(name)
         return _kept(job, options)
@@ -212,9 +242,9 @@ class Enqueuer:
     async def _add_bulk(self, name: str, adds: list[_Add]) -> None:
         try:
             async with asyncio.timeout(self.add_timeout_s):
-                added = await self._queue(name).addBulk(
-                    [{"name": add.kind, "data": add.data, "opts": add.options} for add in adds]
-                )
+                queue = self._queue(name)
+                added = await queue.addBulk([{"name": add.kind, "data": add.data, "opts": add.options} for add in adds])
+                await self._replicated(queue)
         except BaseException as error:  # every add of the batch answers with the error, then it goes on up
             for add in adds:
                 if not add.answer.done():
@@ -234,6 +264,8 @@ class Enqueuer:
         for queue in self.queues.values():
             await queue.close()
         self.queues.clear()
+        if self._replicas is not None:
+            await self._replicas.close()
 
 
 def _kept(job: Any, options: Mapping[str, Any]) -> str:

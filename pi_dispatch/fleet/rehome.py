@@ -52,6 +52,7 @@ from pi_dispatch.fleet.registry import LiveHosts, beating, read_live_hosts
 from pi_dispatch.fleet.snapshot import FleetView, fleet_view
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog, discard
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe, reply_text, reply_whole
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ class Rehomer:
     """One worker's share of re-homing: a sweep every SWEEP_S, which does work only while it holds the lease."""
 
     client: aioredis.Redis
-    connection: str  # for BullMQ's own stalled-job script on the dead host's queue
+    store: StoreAddress  # for BullMQ's own stalled-job script on the dead host's queue
     after_ms: int
     lock_duration_ms: int
     log: EventLog = discard
@@ -275,7 +276,7 @@ class Rehomer:
         if self._bullmq is None:
             from bullmq.redis_connection import RedisConnection
 
-            self._bullmq = RedisConnection(self.connection)
+            self._bullmq = RedisConnection(self.store.queue_connection())
         scripts = Scripts(BULL_PREFIX, queue, self._bullmq)
         stalled = await bounded(scripts.moveStalledJobsToWait(MAX_STALLS, self.lock_duration_ms), OP_TIMEOUT_S)
         for job_id in stalled or []:

@@ -29,6 +29,7 @@ from pi_dispatch.fleet.jobhistory import JobHistory
 from pi_dispatch.fleet.locate import Located, locate
 from pi_dispatch.fleet.mirror import RunMirror, mirror_window_ms
 from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, packaged_script, reply_text
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ class Retried:
     queue: str | None = None
 
 
-async def retry_job(client: aioredis.Redis, connection: str, job_id: str, queues: list[str]) -> Retried:
+async def retry_job(client: aioredis.Redis, store: StoreAddress, job_id: str, queues: list[str]) -> Retried:
     from bullmq import Job, Queue
 
     found = await locate(client, job_id, queues)
@@ -133,7 +134,7 @@ async def retry_job(client: aioredis.Redis, connection: str, job_id: str, queues
     if job.state == "completed" and job.outcome != "policy":  # a refused job completes too, as `policy`
         return Retried("succeeded", job)
     await clear_cancel(client, job_id)
-    queue = Queue(job.queue, {"connection": connection})
+    queue = Queue(job.queue, {"connection": store.queue_connection()})
     try:
         held = await Job.fromId(queue, job_id)
         if held is None:
@@ -143,10 +144,10 @@ async def retry_job(client: aioredis.Redis, connection: str, job_id: str, queues
         await held.retry(job.state, {"resetAttemptsMade": True, "resetAttemptsStarted": True})
     finally:
         await queue.close()
-    return Retried("queued", job, await _route_again(client, connection, job))
+    return Retried("queued", job, await _route_again(client, store, job))
 
 
-async def _route_again(client: aioredis.Redis, connection: str, job: Located) -> str:
+async def _route_again(client: aioredis.Redis, store: StoreAddress, job: Located) -> str:
     """Where the retried job runs: the queue the live fleet routes it to now (a local job stays on its host's)."""
     from pi_dispatch.fleet.rehome import Rehomer
 
@@ -159,7 +160,7 @@ async def _route_again(client: aioredis.Redis, connection: str, job: Located) ->
     target = host_queue_name(host) if host is not None else SHARED_QUEUE
     if target == job.queue:
         return job.queue
-    mover = Rehomer(client, connection, after_ms=0, lock_duration_ms=0)
+    mover = Rehomer(client, store, after_ms=0, lock_duration_ms=0)
     moved = await mover.move(job.queue, job.job_id, table)
     return target if moved else job.queue
 

@@ -22,7 +22,8 @@ from aiohttp import web
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
 from pi_dispatch.infra.events import EventLog
-from pi_dispatch.infra.valkey import bounded, connect, describe, shown, with_password
+from pi_dispatch.infra.store import StoreAddress, store_of
+from pi_dispatch.infra.valkey import bounded, describe
 from pi_dispatch.receiver.endpoints import ReceiverConfig
 from pi_dispatch.receiver.forges.authority import azure_membership, forgejo_permission, github_closer, gitlab_access
 from pi_dispatch.receiver.forges.http import ForgeCallError, ForgeClient
@@ -57,9 +58,9 @@ class Stop:
         self.event.set()
 
 
-async def judge_store(url: str, password: str | None, window_s: float = STORE_WINDOW_S) -> None:
+async def judge_store(store: StoreAddress, window_s: float = STORE_WINDOW_S) -> None:
     """Return once the store answers; ConfigError when it refuses the credentials; TimeoutError after window_s."""
-    client = connect(url, password)
+    client = store.client()
     deadline = time.monotonic() + window_s
     try:
         while True:
@@ -197,17 +198,17 @@ async def serve(
     """Boot, serve until stop, shut down. Returns the exit status."""
     settings = config.settings
     client, found = ForgeClient(), _Found()
-    password = settings.valkey_password.get_secret_value() if settings.valkey_password else None
+    store = store_of(settings)
 
     def retried(forge: str, attempt: Attempt) -> Awaitable[Any]:
         return with_retry(forge, attempt, settings.identity_retry_seconds * 1000, log, sleep=sleep)
 
     try:
         await _github(config, client, retried, log, found)
-        await judge_store(settings.valkey_url, password)
-        found.store = connect(settings.valkey_url, password)
+        await judge_store(store)
+        found.store = store.client()
         router = ForgeRouter(registry_reader(found.store), log=log)
-        found.enqueuer = Enqueuer(with_password(settings.valkey_url, password), router)
+        found.enqueuer = Enqueuer(store, router)
         await _other_forges(config, client, retried, log, found)
     except (ConfigError, ForgeCallError, TimeoutError, OSError) as error:
         await _close(client, found)
@@ -224,7 +225,7 @@ async def serve(
         await runner.cleanup()
         await _close(client, found)
         return _failed(error_log, error)
-    log("receiver_started", {"port": settings.port, "bind": settings.bind, "valkey": shown(settings.valkey_url)})
+    log("receiver_started", {"port": settings.port, "bind": settings.bind, "valkey": store.shown()})
 
     def swap(triggers: list[Trigger]) -> None:
         receiver.rules = Rules.from_triggers(triggers)

@@ -24,6 +24,7 @@ from pi_dispatch.core.errors import ConfigError
 from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
 from pi_dispatch.fleet.snapshot import FleetView, fleet_view
 from pi_dispatch.infra.events import EventLog, discard
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import bounded, describe
 from pi_dispatch.triggers.file import Trigger
 from pi_dispatch.triggers.schedules import (
@@ -48,7 +49,7 @@ class CronSchedules:
     """This host's schedulers. `authored` None means cron is disabled (no triggers file)."""
 
     client: aioredis.Redis
-    connection: str
+    store: StoreAddress
     queue_name: str
     zone: str
     me: str
@@ -177,7 +178,7 @@ class CronSchedules:
         if self._queue is None:
             from bullmq import Queue
 
-            self._queue = Queue(self.queue_name, {"connection": self.connection})
+            self._queue = Queue(self.queue_name, {"connection": self.store.queue_connection()})
         return self._queue
 
     async def close(self) -> None:

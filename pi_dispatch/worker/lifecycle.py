@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
-from pi_dispatch.config.handover import secret_text
 from pi_dispatch.core.capabilities import is_live
 from pi_dispatch.core.errors import ExitStatus
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
@@ -36,7 +35,8 @@ from pi_dispatch.fleet.steal import Stealer
 from pi_dispatch.infra.clock import host_zone, wall_ms
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.sdnotify import feed_watchdog, notify, watchdog_interval_s
-from pi_dispatch.infra.valkey import bounded, connect, describe, fleet_id, with_password
+from pi_dispatch.infra.store import StoreAddress, store_of
+from pi_dispatch.infra.valkey import bounded, describe
 from pi_dispatch.triggers.file import Trigger
 from pi_dispatch.triggers.schedules import load_cron
 from pi_dispatch.triggers.watch import TriggerWatch
@@ -93,15 +93,14 @@ class Worker:
         settings = self.settings
         boot_text, triggers = await self._read_triggers()
         reaped, digest = await self._prepare_host()
-        password = secret_text(settings.valkey_password)
-        self.client = connect(settings.valkey_url, password)
+        store = store_of(settings)
+        self.client = store.client()
         try:
             await bounded(self.client.ping(), 5)
         except Exception as error:
             return await self._end(f"Valkey is unreachable ({describe(error)})")
-        connection = with_password(settings.valkey_url, password)
-        self._assemble(connection, triggers)
-        await self._start_consumers(connection)
+        self._assemble(store, triggers)
+        await self._start_consumers(store)
         await self.registry.start(self._row(digest or ""))
         watch = await self._start_cron(boot_text)
         await self.control.boot()  # a host drained before this start stays drained: its consumers start paused
@@ -130,7 +129,7 @@ class Worker:
         await self._wind_down(watch, runs, background, rehomer)
         return await self._end(fault)
 
-    def _assemble(self, connection: Any, triggers: list[Trigger] | None) -> None:
+    def _assemble(self, store: StoreAddress, triggers: list[Trigger] | None) -> None:
         """This worker's parts over its store client: records and their mirror, attempts, the registry, cron."""
         settings = self.settings
         assert self.client is not None
@@ -152,7 +151,7 @@ class Worker:
         if self.beat_ms is not None:
             self.registry.beat_ms = self.beat_ms
         self.rehomer = Rehomer(
-            self.client, connection, settings.rehome_after_ms, settings.lock_duration_ms, self.log, self.now
+            self.client, store, settings.rehome_after_ms, settings.lock_duration_ms, self.log, self.now
         )
         self.control = Control(
             self.client, self.name, self.attempts, lambda: self.bullmq_workers, self.registry.publish,
@@ -160,7 +159,7 @@ class Worker:
         )  # fmt: skip
         self.cron = CronSchedules(
             self.client,
-            connection,
+            store,
             self.queues[-1],  # its own queue when named, else the shared one
             host_zone(settings.tz),
             self.name,
@@ -236,13 +235,13 @@ class Worker:
         self.log("worker_stopped", {"reason": fault, "exit": int(ExitStatus.FAILURE)})
         return ExitStatus.FAILURE
 
-    async def _start_consumers(self, connection: str) -> None:
+    async def _start_consumers(self, store: StoreAddress) -> None:
         """One BullMQ Worker per queue (own first for the pickup), driven by one slot-gated pickup."""
         from pi_dispatch.worker.pickup import Pickup, open_consumers
 
         settings = self.settings
         self.bullmq_workers = await open_consumers(
-            self.queues, connection, settings=settings, attempts=self.attempts, log=self.log, poll_s=self.idle_poll_s
+            self.queues, store, settings=settings, attempts=self.attempts, log=self.log, poll_s=self.idle_poll_s
         )
         stealer = None
         if settings.worker_name_declared:
@@ -386,7 +385,7 @@ def settings_summary(settings: WorkerSettings) -> dict[str, object]:
 async def serve(settings: WorkerSettings, log: EventLog, stop: asyncio.Event) -> int:
     """Connect to Docker, run the worker until stop is set. Raises DockerUnavailable when Docker is not there."""
     runtime = await asyncio.to_thread(
-        ContainerRuntime.connect, settings.worker_name, settings.concurrency, log, fleet_id(settings.valkey_url)
+        ContainerRuntime.connect, settings.worker_name, settings.concurrency, log, store_of(settings).fleet_id()
     )
     log("worker_config", settings_summary(settings))
     return await Worker(settings, runtime, log).run(stop)

@@ -88,6 +88,24 @@ class WorkerMetrics:
             "Free slot-seconds of this host while a job it could run waited on a peer's queue.",
             registry=registry,
         )
+        self.store_replicas = Gauge(
+            "pi_dispatch_store_replicas_in_sync",
+            "Replicas of the store in sync with it (acknowledged within 2 s), read each beat.",
+            registry=registry,
+        )
+        self.store_lag = Gauge(
+            "pi_dispatch_store_replication_lag_seconds",
+            "The store's most lagging replica, read each beat.",
+            registry=registry,
+        )
+        self.store_primary = Gauge(
+            "pi_dispatch_store_is_primary", "1 when the node this worker writes to is a primary.", registry=registry
+        )
+        self.store_promoted = Gauge(
+            "pi_dispatch_store_promoted",
+            "1 when the primary took over from another since it started (a failover happened).",
+            registry=registry,
+        )
         self.gate_duration = Histogram(
             "pi_dispatch_gate_duration_seconds",
             "Pre-spend gates: secret resolution and wait checks.",
@@ -152,9 +170,16 @@ class WorkerMetrics:
     async def measure(self, client: Any, queues: Sequence[str], last_beat_ms: int, last_poll_ms: int) -> None:
         """What is read once a beat: the last beat and poll, and this host's queues' depths (bounded)."""
         from pi_dispatch.fleet.rehome import queue_counts
+        from pi_dispatch.fleet.storeview import read_store_state
 
         self.beat(last_beat_ms / 1000)
         self.polled(last_poll_ms / 1000)
+        state = await read_store_state(client)
+        if state.unreadable is None:
+            self.store_replicas.set(state.in_sync)
+            self.store_lag.set(state.max_lag_s or 0)
+            self.store_primary.set(float(state.role == "master"))
+            self.store_promoted.set(float(state.promoted))
         for queue in queues:
             with contextlib.suppress(Exception):  # an unreachable store leaves the last depths in place
                 self.depth(queue, (await queue_counts(client, queue)).by_state())

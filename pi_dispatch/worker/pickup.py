@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from bullmq.timer import Timer
 from pi_dispatch.core.jobs import QueuedJob
 from pi_dispatch.fleet.rehome import MAX_STALLS
 from pi_dispatch.infra.events import EventLog, discard
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import bounded
 from pi_dispatch.worker.consumers import GuardedConsumer
 from pi_dispatch.worker.metrics import WorkerMetrics
@@ -36,7 +38,10 @@ if TYPE_CHECKING:
 
 BLOCK_CEILING_S: Final = 10.0  # BullMQ's own ceiling on one blocking pop
 BLOCK_FLOOR_S: Final = 0.001
-RETRY_FIRST_S: Final = 0.25  # after a store error; doubled up to the idle poll
+RETRY_FIRST_S: Final = 0.25  # after a store error; doubled up to RETRY_CEILING_S, each wait jittered
+# A store that fails over is back within seconds: retrying at most a second apart finds the new primary at once
+# (a try costs one connection attempt), and the jitter keeps a fleet's workers from retrying in step.
+RETRY_CEILING_S: Final = 1.0
 Marker = tuple[bytes, bytes, float]  # (key, member, score) as BZPOPMIN answers
 
 
@@ -88,8 +93,8 @@ class Pickup:
                 except Exception as error:  # the store away: every held job's lock is fenced meanwhile
                     if not self.consumers[0].isConnectionError(error):
                         self.consumers[0].emit("error", error)
-                    await asyncio.sleep(retry_s)
-                    retry_s = min(self.idle_poll_s, retry_s * 2)
+                    await asyncio.sleep(retry_s * random.uniform(0.5, 1.0))
+                    retry_s = min(RETRY_CEILING_S, self.idle_poll_s, retry_s * 2)
         finally:
             for consumer in self.consumers:
                 consumer.running = False
@@ -226,7 +231,7 @@ class Pickup:
 
 async def open_consumers(
     queues: Sequence[str],
-    connection: str,
+    store: StoreAddress,
     *,
     settings: WorkerSettings,
     attempts: Attempts,
@@ -235,7 +240,6 @@ async def open_consumers(
 ) -> list[GuardedConsumer]:
     """A BullMQ Worker per queue with this host's lock, stall and poll settings, connected and not running."""
     options = {
-        "connection": connection,
         "name": settings.worker_name,  # BullMQ stamps it on each job it takes (`pb`) and on its connections
         "concurrency": settings.concurrency,
         "autorun": False,
@@ -246,7 +250,8 @@ async def open_consumers(
     }
     consumers = []
     for queue in queues:
-        bull = GuardedConsumer(queue, _processor(attempts, queue), dict(options), attempts.failed_unread)
+        connected = {**options, "connection": store.queue_connection()}  # each its own: BullMQ closes it
+        bull = GuardedConsumer(queue, _processor(attempts, queue), connected, attempts.failed_unread)
         bull.on("error", lambda error, *_: log("queue_error", {"reason": type(error).__name__}))
         bull.on("failed", attempts.failed_unrun)
         with contextlib.suppress(Exception):  # delays would otherwise fire on whole seconds

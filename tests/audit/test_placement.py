@@ -455,3 +455,24 @@ def test_a_row_the_reader_refused_is_a_finding() -> None:
     report = audit(FLEET, [], live_rows=[], live_state="ok", invalid_rows=refused)
     (finding,) = [f for f in report.findings if f.code == "row-invalid"]
     assert "its name is not a worker name" in finding.message and "evil" in finding.subject
+
+
+def test_the_live_audit_judges_the_store_itself() -> None:
+    from pi_dispatch.fleet.storeview import Replica, StoreState
+
+    alone = StoreState("master", (), "allkeys-lru", 0, promoted=False)
+    synced = (Replica("10.0.0.2:6379", "online", 0), Replica("10.0.0.3:6379", "online", 1))
+    unguarded = StoreState("master", synced, "noeviction", 0, promoted=False)
+    guarded = StoreState("master", synced, "noeviction", 1, promoted=True)
+    lagging = StoreState("master", (Replica("10.0.0.2:6379", "online", 9),), "noeviction", 1, promoted=False)
+    rows = [row("mini1", "s:prod,w:ci")]
+
+    def judged(state: StoreState) -> list[str]:
+        report = audit(FLEET[:1], [], live_rows=rows, live_state="ok", store=state)
+        return [code for code in codes(report) if code.startswith("store-")]
+
+    assert judged(alone) == ["store-eviction", "store-no-replica"]
+    assert judged(unguarded) == ["store-writes-unguarded"]
+    assert judged(guarded) == []
+    assert judged(lagging) == ["store-no-replica"]  # a replica 9 s behind is not one a failover can trust
+    assert audit(FLEET[:1], [], store=alone).findings == []  # without --live the store is not read

@@ -141,3 +141,18 @@ def test_cli_show_redacts_and_names_sources(tmp_path: Path) -> None:
     result = run_cli("config", "show", "--json", "--env-file", str(path))
     assert result.returncode == 0 and "hunter2" not in result.stdout and "********" in result.stdout
     assert f'"worker_name": "{path}"' in result.stdout and '"concurrency": "default"' in result.stdout
+
+
+def test_a_replicated_store_is_named_by_its_sentinels_and_refused_by_name_when_malformed() -> None:
+    settings = load({"VALKEY_SENTINELS": "s1:26379, s2:26379", "VALKEY_SENTINEL_PASSWORD": "spw"})
+    assert settings.valkey_sentinels == "s1:26379, s2:26379" and settings.valkey_primary_name == "pi-dispatch"
+    for env in ({"VALKEY_SENTINELS": "s1"}, {"VALKEY_SENTINELS": "s1:26379;s2:26379"}):
+        assert any(message.startswith("VALKEY_SENTINELS") and "fix:" in message for message in refused(env))
+    assert any(message.startswith("VALKEY_PRIMARY_NAME") for message in refused({"VALKEY_PRIMARY_NAME": "a b"}))
+
+
+def test_the_cli_refuses_malformed_sentinels_in_one_line_with_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VALKEY_SENTINELS", "store1")
+    done = run_cli("hosts")
+    assert done.returncode == 2, done.stderr
+    assert "VALKEY_SENTINELS" in done.stderr and "Traceback" not in done.stderr

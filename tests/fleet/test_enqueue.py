@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from pi_dispatch.core.jobs import JobIdError, forge_delivery_job_id, semantic_dedup_id
 from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, forge_job_options, registry_reader
 from pi_dispatch.fleet.registry import HostRegistry
+from pi_dispatch.infra.store import StoreAddress
 
 
 def H(name: str, caps: str) -> dict[str, object]:
@@ -186,7 +187,7 @@ def test_semantic_dedup_ids(kind: str, job: dict[str, Any], expected: str) -> No
 async def test_enqueue_routes_adds_with_reference_options_and_dedups(
     valkey_url: str, client: aioredis.Redis, fleet: None
 ) -> None:
-    enqueuer = Enqueuer(valkey_url, ForgeRouter(registry_reader(client)))
+    enqueuer = Enqueuer(StoreAddress(valkey_url), ForgeRouter(registry_reader(client)))
     job = {
         "kind": "github",
         "repo": "acme/web",
@@ -228,7 +229,7 @@ async def _calls(client: aioredis.Redis) -> dict[str, int]:
 async def test_an_add_alone_is_one_script_call_and_overlapping_adds_go_together(
     valkey_url: str, client: aioredis.Redis
 ) -> None:
-    enqueuer = Enqueuer(valkey_url, ForgeRouter(counting_reader([])))
+    enqueuer = Enqueuer(StoreAddress(valkey_url), ForgeRouter(counting_reader([])))
     job = {"repo": "acme/app", "target": {"type": "issue", "number": 1}}
     try:
         await enqueuer.enqueue_forge_job("github", {**job, "trigger": {"deliveryId": "warm"}})  # connects
@@ -304,7 +305,7 @@ async def test_enqueue_command(valkey_url: str, client: aioredis.Redis, tmp_path
 
 @pytest.mark.redis
 async def test_an_add_to_a_hung_server_stays_bounded(valkey_url: str, client: aioredis.Redis) -> None:
-    enqueuer = Enqueuer(valkey_url, ForgeRouter(lambda: asyncio.sleep(0, [])), add_timeout_s=0.5)
+    enqueuer = Enqueuer(StoreAddress(valkey_url), ForgeRouter(lambda: asyncio.sleep(0, [])), add_timeout_s=0.5)
     job = {"trigger": {"deliveryId": "hung-1"}, "repo": "acme/app", "target": {"type": "issue", "number": 1}}
     await enqueuer.enqueue_forge_job("github", job)  # the queue's connection is up before the pause
     await client.execute_command("CLIENT", "PAUSE", "20000", "WRITE")

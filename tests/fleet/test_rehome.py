@@ -25,6 +25,7 @@ from pi_dispatch.fleet.hosts import silent_since
 from pi_dispatch.fleet.registry import HostRegistry
 from pi_dispatch.fleet.rehome import Rehomer
 from pi_dispatch.infra.events import Recorder
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.testing.jobs import forge_job
 from tests.support.helpers import run_cli
 from tests.support.workers import open_queues, registered_hosts
@@ -58,7 +59,7 @@ async def fleet(client: aioredis.Redis) -> AsyncIterator[None]:
 
 async def sweep(client: aioredis.Redis, url: str, log: Recorder | None = None) -> int:
     """One sweep by a mover of its own, closed after (it opens BullMQ queues for the stalled check)."""
-    mover = Rehomer(client, url, AFTER_MS, 2_000, log or Recorder())
+    mover = Rehomer(client, StoreAddress(url), AFTER_MS, 2_000, log or Recorder())
     try:
         return await mover.sweep()
     finally:
@@ -162,7 +163,7 @@ async def test_a_silent_host_left_with_only_its_cron_is_looked_at_again_only_whe
     local = {"kind": "local", "folder": "/srv/app", "flow": "deps", "task": "t", "trigger": {"id": "n"}}
     scheduled = await queues[DEAD].add("local", local, {"jobId": "repeat:n:1796094000000", "delay": 600_000})
     await silent_for(client, "dead", AFTER_MS + 1_000)
-    sweeper = Rehomer(client, valkey_url, AFTER_MS, 2_000)
+    sweeper = Rehomer(client, StoreAddress(valkey_url), AFTER_MS, 2_000)
     try:
         before = await hmget_calls(client)
         assert await sweeper.sweep() == 0
@@ -189,7 +190,7 @@ async def test_a_sweep_of_many_silent_hosts_holds_one_connection_for_bullmqs_sta
     for host in hosts:
         await silent_for(client, host, AFTER_MS + 1_000)
     await client.zadd(REHOME_SILENT, dict.fromkeys(hosts, int(time.time() * 1000)))
-    sweeper = Rehomer(client, valkey_url, AFTER_MS, 2_000)
+    sweeper = Rehomer(client, StoreAddress(valkey_url), AFTER_MS, 2_000)
     try:
         before = len(await client.client_list())
         assert await sweeper.sweep() == 0
@@ -238,7 +239,10 @@ async def test_one_sweeper_keeps_the_lease_for_its_interval_and_the_next_takes_o
     client: aioredis.Redis, valkey_url: str, queues: dict[str, Queue], fleet: None
 ) -> None:
     job_id = await add(queues[DEAD], 11, fields={"secretsProfile": "prod"})
-    first, second = Rehomer(client, valkey_url, AFTER_MS, 2_000), Rehomer(client, valkey_url, AFTER_MS, 2_000)
+    first, second = (
+        Rehomer(client, StoreAddress(valkey_url), AFTER_MS, 2_000),
+        Rehomer(client, StoreAddress(valkey_url), AFTER_MS, 2_000),
+    )
     try:
         await first.sweep(hold=True)  # marks `dead` silent from now; nothing is due yet
         held_ms = await client.pttl(REHOME_LEASE)
@@ -257,10 +261,11 @@ MOVER = """
 import asyncio, sys
 from pi_dispatch.fleet.rehome import Rehomer
 from pi_dispatch.infra.valkey import connect
+from pi_dispatch.infra.store import StoreAddress
 async def main():
     client = connect(sys.argv[1])
     print("ready", flush=True)
-    await Rehomer(client, sys.argv[1], 10_000, 2_000).sweep()
+    await Rehomer(client, StoreAddress(sys.argv[1]), 10_000, 2_000).sweep()
     print("done", flush=True)
 asyncio.run(main())
 """
@@ -319,7 +324,7 @@ async def test_a_silent_hosts_active_job_goes_through_bullmqs_stalled_recovery(
             dying.send_signal(signal.SIGKILL)
     assert await client.lpos(bull_key(DEAD, "active"), job_id) is not None  # active, its worker dead
     await silent_for(client, "dead", AFTER_MS * 2)
-    mover = Rehomer(client, valkey_url, AFTER_MS, 1_000, Recorder())
+    mover = Rehomer(client, StoreAddress(valkey_url), AFTER_MS, 1_000, Recorder())
     deadline = time.monotonic() + 30
     while await where(client, job_id) != [(ALIVE, "wait")] and time.monotonic() < deadline:
         await mover.sweep()  # the first sweep marks it, one a stalled interval later recovers and moves it

@@ -20,6 +20,7 @@ from pi_dispatch.fleet.enqueue import forge_job_options
 from pi_dispatch.fleet.locate import candidate_queues, locate
 from pi_dispatch.fleet.steer import cancel_job, failed_jobs, retry_job
 from pi_dispatch.infra.clock import wall_ms
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.testing.jobs import forge_job
 from tests.support.workers import open_queues, registered_hosts
 
@@ -123,12 +124,12 @@ async def test_a_cancelled_or_failed_job_runs_again_routed_anew(
 ) -> None:
     job_id = await add(queues["pi-jobs@mini2"], 5, secretsProfile="prod", secrets={"T": "x"})
     await cancel_job(client, job_id, QUEUES, now=wall_ms, wait_s=5)
-    done = await retry_job(client, valkey_url, job_id, QUEUES)
+    done = await retry_job(client, StoreAddress(valkey_url), job_id, QUEUES)
     assert (done.result, done.queue) == ("queued", "pi-jobs@mini1")  # where the live fleet routes prod now
     (job,) = await locate(client, job_id, QUEUES)
     assert (job.queue, job.state, job.attempts_made) == ("pi-jobs@mini1", "waiting", 0)
     assert not await client.exists(cancel_key(record_stem(job_id)))  # the cancel is lifted
-    unfinished = await retry_job(client, valkey_url, job_id, QUEUES)
+    unfinished = await retry_job(client, StoreAddress(valkey_url), job_id, QUEUES)
     assert unfinished.result == "unfinished" and unfinished.job is not None and unfinished.job.state == "waiting"
 
     await finish(valkey_url, "pi-jobs@mini1", job_id, fail=True)
@@ -138,12 +139,12 @@ async def test_a_cancelled_or_failed_job_runs_again_routed_anew(
     assert await failed_jobs(client, QUEUES, since_ms=0, host="mini1") == [(job_id, "pi-jobs@mini1")]  # by its queue
     assert await failed_jobs(client, QUEUES, since_ms=0, host="mini2") == []
     assert await failed_jobs(client, QUEUES, since_ms=wall_ms() + 60_000, host=None) == []
-    assert (await retry_job(client, valkey_url, job_id, QUEUES)).result == "queued"
+    assert (await retry_job(client, StoreAddress(valkey_url), job_id, QUEUES)).result == "queued"
 
     plain = await add(queues["pi-jobs"], 6)
     await finish(valkey_url, "pi-jobs", plain, fail=False)
-    assert (await retry_job(client, valkey_url, plain, QUEUES)).result == "succeeded"
-    assert (await retry_job(client, valkey_url, "gh-missing", QUEUES)).result == "missing"
+    assert (await retry_job(client, StoreAddress(valkey_url), plain, QUEUES)).result == "succeeded"
+    assert (await retry_job(client, StoreAddress(valkey_url), "gh-missing", QUEUES)).result == "missing"
 
 
 async def test_drain_and_cancel_are_facts_with_a_message(client: aioredis.Redis) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from pi_dispatch.fleet.enqueue import Enqueued, Enqueuer, ForgeRouter
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.receiver.endpoints import GitHubAuth
 from pi_dispatch.receiver.forges.authority import github_closer
 from pi_dispatch.receiver.forges.http import ForgeClient
@@ -180,12 +181,12 @@ async def test_replicas_fan_out_and_a_failed_add_answers_503(valkey_url: str, fr
         "octo/repo#42:frontend-fix:r1",
         "octo/repo#42:frontend-fix:r2",
     }
-    failing = FailingEnqueuer(valkey_url, ForgeRouter(no_hosts), fail_on=2)
+    failing = FailingEnqueuer(StoreAddress(valkey_url), ForgeRouter(no_hosts), fail_on=2)
     async with served(valkey_url, wide, enqueuer=failing) as receiver:
         assert await receiver.github("issues", labeled(43), "d-10") == (503, {"error": "enqueue-failed"})
         assert receiver.events("enqueue_failed")[0]["delivery"] == "d-10"
     assert {"gh-d-10-r1"} == {key for key in await queued_jobs(valkey_url) if key.startswith("gh-d-10")}
-    dead = Enqueuer("redis://127.0.0.1:1", ForgeRouter(no_hosts), add_timeout_s=2)
+    dead = Enqueuer(StoreAddress("redis://127.0.0.1:1"), ForgeRouter(no_hosts), add_timeout_s=2)
     async with served(valkey_url, RULES, enqueuer=dead) as receiver:
         assert await receiver.github("issues", labeled(), "d-11") == (503, {"error": "enqueue-failed"})
 

@@ -18,6 +18,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from pi_dispatch.fleet.mirror import RunMirror, read_mirrored_runs
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.testing.seed import extract_seed_modules
 
 NODE_MIRROR = """
@@ -268,7 +269,7 @@ async def test_a_node_worker_takes_a_job_re_homed_from_a_silent_python_host(
     await rows[0].start({"routes": "true", "caps": "s:prod"})
     await rows[1].start({"routes": "true", "caps": ""})
     await client.set(rehome_since_key("gone"), str(int(time.time() * 1000) - 600_000))
-    mover = Rehomer(client, valkey_url, 10_000, 2_000)
+    mover = Rehomer(client, StoreAddress(valkey_url), 10_000, 2_000)
     try:
         assert await mover.sweep() == 1
     finally:

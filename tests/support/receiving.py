@@ -19,6 +19,7 @@ from aiohttp import web
 
 from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter
 from pi_dispatch.infra.events import Recorder
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.receiver.auth import AzureVerifier, GitLabVerifier, hub_signature
 from pi_dispatch.receiver.rules import Rules
 from pi_dispatch.receiver.server import Identities, Receiver, Resolvers, application
@@ -99,7 +100,7 @@ async def served(
 
     log, errors = Recorder(), Recorder()
     store = connect(valkey_url)
-    enqueuer = enqueuer or Enqueuer(valkey_url, ForgeRouter(registry_reader(store), log=log))
+    enqueuer = enqueuer or Enqueuer(StoreAddress(valkey_url), ForgeRouter(registry_reader(store), log=log))
     receiver = Receiver(
         rules,
         enqueuer,

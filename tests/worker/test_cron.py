@@ -17,6 +17,7 @@ from pi_dispatch.core.keys import HOST_SNAPSHOT, HOST_SNAPSHOT_LEASE, host_queue
 from pi_dispatch.core.names import record_stem
 from pi_dispatch.fleet.registry import HostRegistry
 from pi_dispatch.infra.events import Recorder
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.testing.jobs import forge_job
 from pi_dispatch.triggers.file import Trigger, load_triggers, parse_triggers
 from pi_dispatch.triggers.schedules import authored_cron, cron_fingerprint
@@ -53,7 +54,7 @@ def schedules(client: aioredis.Redis, url: str, found: list[Trigger] | None, **o
         "queue_name": HOST_QUEUE, "zone": "UTC", "me": "mini1", "shared": False, "publish": no_peers_to_tell
     }  # fmt: skip
     fields |= options
-    return CronSchedules(client, url, triggers=found, log=Recorder(), **fields)
+    return CronSchedules(client, StoreAddress(url), triggers=found, log=Recorder(), **fields)
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from pi_dispatch.core.keys import HOST_LIVE, host_queue_name, host_row_key
 from pi_dispatch.core.waits import HOLD_KEY
 from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
 from pi_dispatch.fleet.mirror import read_mirrored_runs
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
 from pi_dispatch.testing.services import RedisServer
 from pi_dispatch.worker.containers import LABEL_HOST
@@ -89,7 +90,7 @@ async def test_a_fleet_routes_by_capability_and_spreads_the_rest(
         assert {b"version", b"tz", b"startedAt", b"beatAt", b"name"} <= set(row)
         assert not [value for value in row.values() if value.startswith(b"/")]  # names, never paths
         assert (await client.hgetall(host_row_key("mini3")))[b"routes"] == b"false"
-        enqueuer = Enqueuer(valkey_url, ForgeRouter(registry_reader(client)))
+        enqueuer = Enqueuer(StoreAddress(valkey_url), ForgeRouter(registry_reader(client)))
         placed: dict[str, str] = {}
         for number in range(1, 5):
             job = forge_job(number, secretsProfile="prod", secrets={"DEPLOY_TOKEN": f"ref-{number}"})

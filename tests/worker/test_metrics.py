@@ -142,6 +142,8 @@ async def test_a_worker_serves_its_counts_gauges_and_timings_over_http(
     assert started <= samples[("pi_dispatch_last_beat_timestamp_seconds", ())] <= time.time()
     assert started <= samples[("pi_dispatch_last_poll_timestamp_seconds", ())] <= time.time()
     assert samples[("pi_dispatch_mirror_failures_total", ())] == 0
+    assert samples[("pi_dispatch_store_is_primary", ())] == 1  # the suite's store: a primary with no replica
+    assert samples[("pi_dispatch_store_replicas_in_sync", ())] == 0 and samples[("pi_dispatch_store_promoted", ())] == 0
     depth = by_name(samples, "pi_dispatch_queue_jobs")
     assert {(dict(labels)["queue"], dict(labels)["state"]) for labels in depth} == {
         (queue, state) for queue in ("pi-jobs", "pi-jobs@metered") for state in QUEUE_STATES

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from pi_dispatch.fleet.enqueue import Enqueued, Enqueuer, ForgeRouter
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.receiver.auth import AzureVerifier, GitLabVerifier, hub_signature
 from pi_dispatch.receiver.endpoints import AzureArm, ForgejoArm, GitLabArm
 from pi_dispatch.receiver.forges.authority import azure_membership, forgejo_permission, gitlab_access
@@ -128,7 +129,7 @@ async def test_gitlab_replicas_and_the_dedup_answer(
         "gl-wh-1-r1": "group/sub/proj#5:fix:r1",
         "gl-wh-1-r2": "group/sub/proj#5:fix:r2",
     }
-    other = AnsweringAnother(valkey_url, ForgeRouter(no_hosts))
+    other = AnsweringAnother(StoreAddress(valkey_url), ForgeRouter(no_hosts))
     async with served(valkey_url, GITLAB_RULES, gitlab=arm.verifier, resolvers=resolvers, enqueuer=other) as receiver:
         assert (await receiver.post("/gitlab", gitlab_issue(), gitlab_headers("wh-9")))[:2] == (
             202,

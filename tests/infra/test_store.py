@@ -1,0 +1,134 @@
+"""Naming the store: a plain URL as before, or Sentinels that find a replicated store's primary; and clients of a
+replicated store (three real redis-server and three real Sentinels) that follow a promotion and acknowledge a job
+only once a replica holds it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, NotReplicated
+from pi_dispatch.infra.store import (
+    DEFAULT_PRIMARY_NAME,
+    StoreAddress,
+    database_of,
+    parse_sentinels,
+    store_from_environ,
+)
+from pi_dispatch.testing.jobs import forge_job
+from pi_dispatch.testing.replicated import ReplicatedStore
+
+
+def test_sentinels_are_host_port_entries_ipv6_in_brackets_each_asked_once() -> None:
+    assert parse_sentinels("s1:26379, s2:26380 ,[::1]:26381,s1:26379") == (
+        ("s1", 26379),
+        ("s2", 26380),
+        ("::1", 26381),
+    )
+
+
+@pytest.mark.parametrize("text", ["s1", "s1:", ":26379", "s1:0", "s1:65536", "s1:２６３７９", "s1:26379,"])
+def test_an_entry_that_is_not_host_port_is_named(text: str) -> None:
+    with pytest.raises(ValueError, match="is not host:port"):
+        parse_sentinels(text)
+
+
+@pytest.mark.parametrize(
+    ("url", "database"),
+    [("redis://h/3", 3), ("redis://h:6379", 0), ("redis://:pw@h/12", 12), ("unix:///run/v.sock?db=2", 2)],
+)
+def test_the_url_gives_the_database(url: str, database: int) -> None:
+    assert database_of(url) == database
+
+
+def test_the_environment_names_the_store_as_the_worker_reads_it() -> None:
+    plain = store_from_environ({"VALKEY_URL": "redis://store:6379/1", "VALKEY_PASSWORD": "pw"})
+    assert plain == StoreAddress("redis://store:6379/1", "pw")
+    assert not plain.replicated and plain.queue_connection() == "redis://:pw@store:6379/1"
+    replicated = store_from_environ(
+        {"VALKEY_SENTINELS": "a:26379,b:26379", "VALKEY_SENTINEL_PASSWORD": "spw"}, url="redis://x/2"
+    )
+    assert replicated.replicated and replicated.sentinels == (("a", 26379), ("b", 26379))
+    assert replicated.primary_name == DEFAULT_PRIMARY_NAME and replicated.sentinel_password == "spw"
+    assert replicated.shown() == "sentinel://a:26379,b:26379/pi-dispatch/2"
+    assert "spw" not in repr(replicated.shown()) and replicated.fleet_id() != plain.fleet_id()
+    assert (
+        replicated.fleet_id() == store_from_environ({"VALKEY_SENTINELS": "b:26379,a:26379"}, "redis://y/2").fleet_id()
+    )
+
+
+@pytest.fixture(scope="module")
+def replicated() -> Iterator[ReplicatedStore]:
+    with ReplicatedStore(password="store-password-1234") as store:
+        yield store
+
+
+async def no_hosts() -> list[dict[str, object]]:
+    return []
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_an_acknowledged_add_is_on_a_replica_and_one_no_replica_confirms_is_not_acknowledged(
+    replicated: ReplicatedStore,
+) -> None:
+    enqueuer = Enqueuer(replicated.address(), ForgeRouter(no_hosts), replica_wait_ms=300)
+    client = replicated.address().client()
+    try:
+        placed = await enqueuer.enqueue_forge_job("github", forge_job(1))
+        replica = next(node for node in replicated.data if node is not replicated.primary())
+        copy = replicated._data_client(replica)
+        assert copy.exists(f"bull:{placed.queue}:{placed.job_id}") == 1  # already there when the add answered
+        copy.close()
+        paused = [node for node in replicated.data if node is not replicated.primary()]
+        for node in paused:  # the replicas stop reading; the primary still takes the write
+            assert node.process is not None
+            node.process.send_signal(19)  # SIGSTOP
+        try:
+            with pytest.raises(NotReplicated, match="replicas confirmed the job"):
+                await enqueuer.enqueue_forge_job("github", forge_job(2))
+        finally:
+            for node in paused:
+                assert node.process is not None
+                node.process.send_signal(18)  # SIGCONT
+        assert await client.exists(b"bull:pi-jobs:gh-d-2") == 1  # the primary holds it: a redelivery finds it
+    finally:
+        await enqueuer.close()
+        await client.aclose()
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_clients_follow_a_killed_primary_to_the_one_the_sentinels_promote(replicated: ReplicatedStore) -> None:
+    address = replicated.address()
+    client, queue_client = address.client(), address.queue_connection(single=True)
+    assert not isinstance(queue_client, str)
+    try:
+        await client.set(b"before", b"1")
+        await queue_client.ping()
+        old = replicated.primary()
+        replicated.kill(old)
+        killed = time.monotonic()
+        answered: dict[str, float] = {}
+        while len(answered) < 2 and time.monotonic() - killed < 30:
+            for name, ask in (("client", client.get(b"before")), ("queue", queue_client.set("after", "1"))):
+                if name in answered:
+                    ask.close()
+                    continue
+                try:
+                    await ask
+                    answered[name] = time.monotonic() - killed
+                except Exception:
+                    pass
+            await asyncio.sleep(0.1)
+        assert replicated.primary() is not old
+        assert set(answered) == {"client", "queue"}, answered  # both reached the new primary, neither for good lost
+        assert await client.get(b"before") == b"1"
+    finally:
+        await client.aclose()
+        await queue_client.aclose()
+        replicated.restart(old)
+        replicated.wait_settled()
