@@ -16,7 +16,8 @@ One line per scenario and round:
     acknowledged | acked but lost | run twice at once | records missing | worker gap after promotion | refusals
 
 `acked but lost`: answered 202 but its job is on no queue of the final primary. `worker gap`: from the promotion
-until each worker starts its first job there (the larger of the two). `refusals`: from the receiver's first non-202
+until each worker starts a job container again (the larger of the two; a backlog waits throughout, so a worker that
+does not start one is idle). `refusals`: from the receiver's first non-202
 to its last. The goal: 0 lost and 0 run twice in every scenario, a gap of 5 s or less (the median over rounds).
 
     python bench/failover.py [--rounds 3] [--only kill failover cut] [--rate 5]

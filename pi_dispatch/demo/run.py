@@ -45,7 +45,7 @@ from pi_dispatch.fleet.inventory import load_inventory
 from pi_dispatch.fleet.mirror import merge_runs, read_mirrored_runs
 from pi_dispatch.fleet.registry import HostRegistry, LiveHosts, read_live_hosts
 from pi_dispatch.infra.events import discard
-from pi_dispatch.infra.store import StoreAddress
+from pi_dispatch.infra.store import STORE_VARIABLES, StoreAddress
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.triggers.file import Trigger, load_triggers
 from pi_dispatch.worker.history import read_records
@@ -120,7 +120,8 @@ def _local_profiles(host: InventoryHost, folder: Path, kind: ProfileKind) -> str
 def worker_environment(host: InventoryHost, url: str, state: Path, hostname: str) -> tuple[dict[str, str], FleetHost]:
     """The host's rendered env, pointed at the demo's Valkey, folders and local copies of its scripts."""
     env = env_values(host.vars)
-    env.pop("VALKEY_PASSWORD", None)
+    for variable in STORE_VARIABLES:  # the demo's own store stands in for whatever store the inventory names
+        env.pop(variable, None)
     folder = state / host.name
     (folder / "profiles").mkdir(parents=True, exist_ok=True)
     for kind, variable in VARIABLE.items():

@@ -21,15 +21,14 @@ from urllib.parse import urlsplit
 import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool, SentinelManagedConnection
 from redis.backoff import NoBackoff
 
 from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL, OP_TIMEOUT_S, connect, fleet_id, shown, with_password
 
 DEFAULT_PRIMARY_NAME: Final = "pi-dispatch"
 NO_REPLICAS: Final = "NOREPLICAS"
-SENTINEL_PORT: Final = 26379
-ENV_VARIABLES: Final = (
+STORE_VARIABLES: Final = (  # every variable that names the store
     "VALKEY_URL",
     "VALKEY_PASSWORD",
     "VALKEY_SENTINELS",
@@ -71,6 +70,18 @@ class FollowingPool(SentinelConnectionPool):
         await super().disconnect(inuse_connections)
         for sentinel in self.sentinel_manager.sentinels:
             await sentinel.connection_pool.disconnect()
+
+    async def get_master_address(self) -> Any:
+        """The primary's address; when no Sentinel names one, a reason that names no client (redis-py's own quotes
+        each Sentinel client's repr, a password among its fields)."""
+        try:
+            return await super().get_master_address()  # type: ignore[no-untyped-call]
+        except MasterNotFoundError:
+            asked = len(self.sentinel_manager.sentinels)
+            raise MasterNotFoundError(
+                f"none of the {asked} Sentinels names a primary {self.service_name!r} (check VALKEY_SENTINELS, "
+                "VALKEY_PRIMARY_NAME and VALKEY_SENTINEL_PASSWORD, and that the Sentinels run)"
+            ) from None
 
 
 def parse_sentinels(text: str) -> tuple[tuple[str, int], ...]:

@@ -132,3 +132,15 @@ async def test_clients_follow_a_killed_primary_to_the_one_the_sentinels_promote(
         await queue_client.aclose()
         replicated.restart(old)
         replicated.wait_settled()
+
+
+async def test_sentinels_that_name_no_primary_are_said_so_without_a_password_in_the_reason() -> None:
+    address = StoreAddress(sentinels=(("127.0.0.1", 1),), sentinel_password="hush-hush", password="store-secret")
+    client = address.client(timeout_s=0.5)
+    try:
+        with pytest.raises(Exception, match="none of the 1 Sentinels names a primary 'pi-dispatch'") as caught:
+            await client.ping()
+    finally:
+        await client.aclose()
+    assert "hush" not in str(caught.value) and "store-secret" not in str(caught.value)
+    assert "VALKEY_SENTINELS" in str(caught.value)
