@@ -46,6 +46,7 @@ from pi_dispatch.core.keys import (
     rehome_since_key,
     worker_of_queue,
 )
+from pi_dispatch.fleet.epoch import epoch_of, store_epoch
 from pi_dispatch.fleet.hosts import FleetHost, QueueCounts, silent_since
 from pi_dispatch.fleet.moves import ID_TAKEN, JobMover
 from pi_dispatch.fleet.registry import LiveHosts, beating, read_live_hosts
@@ -160,20 +161,25 @@ class Rehomer:
     async def sweep(self, *, hold: bool = False) -> int:
         """Re-home what is due; returns how many jobs moved. Does nothing without the lease. `hold` keeps the lease
         for the sweep interval, so one sweeper sweeps per interval fleet-wide (one that dies mid-sweep is taken
-        over when it expires); else it is given back when the sweep is done."""
+        over when it expires); else it is given back when the sweep is done. The lease holds for the store's epoch
+        it was granted in: after a failover the sweeper stops (`fleet/epoch.py`)."""
         token = secrets.token_hex(8)
         lease_ms = int(self.interval_s * 1000) if hold else LEASE_MS
-        if not await bounded(self.client.set(REHOME_LEASE, token, nx=True, px=lease_ms), OP_TIMEOUT_S):
+        pipe = self.client.pipeline(transaction=False)  # one connection: the epoch of the store that granted it
+        pipe.set(REHOME_LEASE, token, nx=True, px=lease_ms)
+        pipe.info("replication")
+        granted, replication = await bounded(pipe.execute(), OP_TIMEOUT_S)
+        if not granted:
             return 0
         try:
-            return await self._sweep(elected=hold)
+            return await self._sweep(elected=hold, epoch=epoch_of(replication))
         finally:
             if not hold:
                 with contextlib.suppress(Exception):
                     if reply_text(await bounded(self.client.get(REHOME_LEASE), OP_TIMEOUT_S)) == token:
                         await bounded(self.client.delete(REHOME_LEASE), OP_TIMEOUT_S)
 
-    async def _sweep(self, *, elected: bool = False) -> int:
+    async def _sweep(self, *, elected: bool = False, epoch: str | None = None) -> int:
         """The queues of silent hosts only: those whose rows say so, those whose rows went away (`rehome:silent`),
         and, at most every FULL_SCAN_MS fleet-wide, any other host queue a SCAN finds. The elected sweeper reads
         the rows from the fleet's snapshot (`fleet/snapshot.py`); a one-off sweep reads the registry."""
@@ -206,11 +212,16 @@ class Rehomer:
         await bounded(pipe.execute(), OP_TIMEOUT_S)
         for host in set(self._settled) - set(watched):
             del self._settled[host]
+        due = [
+            h
+            for h, since in sorted(watched.items())
+            if now >= since + self.after_ms and not self._unchanged(h, states, now)
+        ]
+        if due and not await self._trusted(epoch):
+            return 0
         moved = 0
-        for host, since in sorted(watched.items()):
-            if now < since + self.after_ms or moved >= MOVES_PER_SWEEP or self._unchanged(host, states, now):
-                continue
-            if await self._beats_now(host, now):
+        for host in due:
+            if moved >= MOVES_PER_SWEEP or await self._beats_now(host, now):
                 continue
             queue = host_queue_name(host)
             await self._recover_stalled(queue)
@@ -228,6 +239,13 @@ class Rehomer:
         its counts and its last event the same, no job active, and that attempt under FULL_SCAN_MS ago."""
         settled, state = self._settled.get(host), states.get(host)
         return settled is not None and state is not None and settled[0] == state[2] and now - settled[1] < FULL_SCAN_MS
+
+    async def _trusted(self, epoch: str | None) -> bool:
+        """Whether the store is in the epoch the lease was granted in; after a failover the lease may be another's."""
+        if await store_epoch(self.client) == epoch:
+            return True
+        self.log("rehome_lease_untrusted", {"reason": "the store failed over since the lease was granted"})
+        return False
 
     async def _beats_now(self, host: str, now: int) -> bool:
         """Whether the host's own row says it is live now: the snapshot can be a beat behind a host that is back."""

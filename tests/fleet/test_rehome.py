@@ -360,3 +360,23 @@ async def test_hosts_and_the_live_audit_say_which_queue_waits_to_move_and_when(
     finding = next(f for f in json.loads(audited.stdout)["findings"] if f["code"] == "queue-silent-host")
     assert finding["hosts"] == ["dead"] and "1 waiting, 1 delayed" in finding["message"]
     assert iso_string(silent_ms + 60_000) in finding["message"]  # the host's own threshold, from the inventory
+
+
+async def test_a_lease_granted_before_a_failover_moves_nothing_after_it(
+    client: aioredis.Redis, valkey_url: str, queues: dict[str, Queue], fleet: None
+) -> None:
+    job_id = await add(queues[DEAD], 1, fields={"secretsProfile": "prod"})
+    await silent_for(client, "dead", AFTER_MS + 1_000)
+    log = Recorder()
+    mover = Rehomer(client, StoreAddress(valkey_url), AFTER_MS, 2_000, log)
+    try:
+        # the lease's epoch, as a store that has since failed over would differ from it: the sweep stands down
+        assert await mover._sweep(epoch="the-epoch-of-a-primary-since-replaced") == 0
+        assert [fields["reason"] for event, fields in log.events if event == "rehome_lease_untrusted"] == [
+            "the store failed over since the lease was granted"
+        ]
+        assert await where(client, job_id) == [(DEAD, "wait")]
+        assert await mover.sweep() == 1  # a lease granted now, in this epoch, moves it
+        assert await where(client, job_id) == [(ALIVE, "wait")]
+    finally:
+        await mover.close()
