@@ -118,10 +118,9 @@ def _local_profiles(host: InventoryHost, folder: Path, kind: ProfileKind) -> str
 
 
 def worker_environment(host: InventoryHost, url: str, state: Path, hostname: str) -> tuple[dict[str, str], FleetHost]:
-    """The host's rendered env, pointed at the demo's Valkey, folders and local copies of its scripts."""
-    env = env_values(host.vars)
-    for variable in STORE_VARIABLES:  # the demo's own store stands in for whatever store the inventory names
-        env.pop(variable, None)
+    """The host's rendered env, pointed at the demo's Valkey (whatever store the inventory names), folders and local
+    copies of its scripts."""
+    env = {name: value for name, value in env_values(host.vars).items() if name not in STORE_VARIABLES}
     folder = state / host.name
     (folder / "profiles").mkdir(parents=True, exist_ok=True)
     for kind, variable in VARIABLE.items():
