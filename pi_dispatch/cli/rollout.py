@@ -25,21 +25,6 @@ rollout_app = typer.Typer(no_args_is_help=True, help="Roll the fleet out a batch
 POLL_S = 1.0
 
 
-async def _active_jobs(store: StoreAddress, worker: str) -> list[str]:
-    from pi_dispatch.core.keys import SHARED_QUEUE, bull_key, host_queue_name
-    from pi_dispatch.infra.valkey import bounded
-
-    client = store.client()
-    try:
-        found: list[str] = []
-        for queue in (SHARED_QUEUE, host_queue_name(worker)):
-            ids = await bounded(client.lrange(bull_key(queue, "active"), 0, -1), 5)
-            found += [job_id.decode() if isinstance(job_id, bytes) else str(job_id) for job_id in ids]
-        return sorted(set(found))
-    finally:
-        await client.aclose()
-
-
 InventoryOption = Annotated[Path, typer.Option("-i", "--inventory", help="The Ansible inventory file or directory.")]
 HostOption = Annotated[str, typer.Option("--host", help="The inventory host being rolled out.")]
 ExtraOption = Annotated[
@@ -62,33 +47,47 @@ def in_flight(
     inventory: InventoryOption, host: HostOption, url: ValkeyUrlOption = None, extra_vars: ExtraOption = None
 ) -> None:
     """The ids of the jobs active on the shared queue and the host's own, as JSON: what its stop must not lose."""
-    from pi_dispatch.cli.reads import store_address
+    from pi_dispatch.cli.reads import on_store, store_address
+    from pi_dispatch.core.keys import SHARED_QUEUE, bull_key, host_queue_name
+    from pi_dispatch.infra.valkey import bounded, reply_text
 
     worker = _expected(inventory, host, extra_vars, None).worker
-    sys.stdout.write(json.dumps(asyncio.run(_active_jobs(store_address(url), worker))) + "\n")
+
+    async def active(client: Any) -> list[str]:
+        found: list[str] = []
+        for queue in (SHARED_QUEUE, host_queue_name(worker)):
+            found += map(reply_text, await bounded(client.lrange(bull_key(queue, "active"), 0, -1), 5))
+        return sorted(set(found))
+
+    sys.stdout.write(json.dumps(on_store(store_address(url), active)) + "\n")  # unreachable: one line, exit 1
 
 
 async def _gate(store: StoreAddress, expected: Any, jobs: list[str], timeout_s: float) -> list[str]:
+    from redis.exceptions import RedisError
+
     from pi_dispatch.audit.rollout import LOST, verdict
     from pi_dispatch.core.keys import SHARED_QUEUE, bull_key
     from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
     from pi_dispatch.fleet.rehome import host_queue_names
     from pi_dispatch.infra.clock import wall_ms
-    from pi_dispatch.infra.valkey import bounded
+    from pi_dispatch.infra.valkey import bounded, describe
 
     client = store.client()
     since, deadline = wall_ms(), time.monotonic() + timeout_s
     try:
         while True:
-            live = await read_live_hosts(client)
-            rows = live.hosts if isinstance(live, LiveHosts) else []
-            row = next((row for row in rows if row.get("name") == expected.worker), None)
-            queues = [SHARED_QUEUE, *await host_queue_names(client)]
-            states = {}
-            for job_id in jobs:
-                held = [await bounded(client.exists(bull_key(queue, job_id)), 5) for queue in queues]
-                states[job_id] = "known" if any(held) else LOST
-            problems = verdict(expected, row, states, since, wall_ms())
+            try:
+                live = await read_live_hosts(client)
+                rows = live.hosts if isinstance(live, LiveHosts) else []
+                row = next((row for row in rows if row.get("name") == expected.worker), None)
+                queues = [SHARED_QUEUE, *await host_queue_names(client)]
+                states = {}
+                for job_id in jobs:
+                    held = [await bounded(client.exists(bull_key(queue, job_id)), 5) for queue in queues]
+                    states[job_id] = "known" if any(held) else LOST
+                problems = verdict(expected, row, states, since, wall_ms())
+            except (RedisError, OSError, TimeoutError) as error:  # a store failing over: asked again until the end
+                problems = [f"the store could not be read ({describe(error)})"]
             if not problems or time.monotonic() > deadline:
                 return problems
             await asyncio.sleep(POLL_S)
