@@ -24,7 +24,15 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool, SentinelManagedConnection
 from redis.backoff import NoBackoff
 
-from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL, OP_TIMEOUT_S, connect, fleet_id, shown, with_password
+from pi_dispatch.infra.valkey import (
+    DEFAULT_VALKEY_URL,
+    OP_TIMEOUT_S,
+    connect,
+    fleet_id,
+    reply_text,
+    shown,
+    with_password,
+)
 
 DEFAULT_PRIMARY_NAME: Final = "pi-dispatch"
 NO_REPLICAS: Final = "NOREPLICAS"
@@ -223,14 +231,24 @@ def _replica_up(entry: Any) -> bool:
     into a replica): counting those, an old primary never confirms a write alone. One still loading its first copy
     is not counted, so a replica that comes back does not hold writes up while it catches up."""
     raw = dict(zip(entry[::2], entry[1::2], strict=False)) if isinstance(entry, list) else {}
-    fields = {_text(name): _text(value) for name, value in raw.items()}
+    fields = {reply_text(name): reply_text(value) for name, value in raw.items()}
     if {"s_down", "o_down", "disconnected"} & set(fields.get("flags", "").split(",")):
         return False
     return fields.get("master-link-status") == "ok" or fields.get("role-reported") == "master"
 
 
-def _text(value: object) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+def _named(
+    url: str, password: str | None, listed: str, primary_name: str | None, sentinel_password: str | None
+) -> StoreAddress:
+    """The address from the variables' values, however they were read: no Sentinels listed is a plain store."""
+    listed = listed.strip()
+    return StoreAddress(
+        url=url,
+        password=password or None,
+        sentinels=parse_sentinels(listed) if listed else (),
+        primary_name=primary_name or DEFAULT_PRIMARY_NAME,
+        sentinel_password=sentinel_password or None,
+    )
 
 
 def store_of(settings: Any) -> StoreAddress:
@@ -239,24 +257,22 @@ def store_of(settings: Any) -> StoreAddress:
     def revealed(secret: Any) -> str | None:
         return secret.get_secret_value() if secret is not None else None
 
-    listed = settings.valkey_sentinels.strip()
-    return StoreAddress(
-        url=settings.valkey_url,
-        password=revealed(settings.valkey_password),
-        sentinels=parse_sentinels(listed) if listed else (),
-        primary_name=settings.valkey_primary_name or DEFAULT_PRIMARY_NAME,
-        sentinel_password=revealed(settings.valkey_sentinel_password),
+    return _named(
+        settings.valkey_url,
+        revealed(settings.valkey_password),
+        settings.valkey_sentinels,
+        settings.valkey_primary_name,
+        revealed(settings.valkey_sentinel_password),
     )
 
 
 def store_from_environ(environ: Mapping[str, str] = os.environ, url: str | None = None) -> StoreAddress:
     """The store the operator's environment names (the same variables the worker's env file sets); `url` is a
     `--valkey-url` given on the command line. ValueError names a malformed VALKEY_SENTINELS."""
-    listed = environ.get("VALKEY_SENTINELS", "").strip()
-    return StoreAddress(
-        url=url or environ.get("VALKEY_URL") or DEFAULT_VALKEY_URL,
-        password=environ.get("VALKEY_PASSWORD") or None,
-        sentinels=parse_sentinels(listed) if listed else (),
-        primary_name=environ.get("VALKEY_PRIMARY_NAME") or DEFAULT_PRIMARY_NAME,
-        sentinel_password=environ.get("VALKEY_SENTINEL_PASSWORD") or None,
+    return _named(
+        url or environ.get("VALKEY_URL") or DEFAULT_VALKEY_URL,
+        environ.get("VALKEY_PASSWORD"),
+        environ.get("VALKEY_SENTINELS", ""),
+        environ.get("VALKEY_PRIMARY_NAME"),
+        environ.get("VALKEY_SENTINEL_PASSWORD"),
     )
