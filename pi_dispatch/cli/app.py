@@ -11,7 +11,7 @@ from typing import Annotated, NoReturn
 import typer
 from rich.markup import escape
 
-from pi_dispatch import __version__
+from pi_dispatch import REFERENCE, __version__
 from pi_dispatch.cli.audit import audit
 from pi_dispatch.cli.common import console, errors
 from pi_dispatch.cli.config import config_app
@@ -28,11 +28,25 @@ from pi_dispatch.core.errors import ConfigError, ExitStatus, PiDispatchError
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="A fleet of pi workers sharing one Valkey.")
 
 
-@app.callback()
-def _root(version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False) -> None:
-    if version:
-        console.print(__version__)
+def _print_version(asked: bool) -> None:
+    if asked:  # eager: answered before typer asks for a command
+        console.print(f"pi-dispatch {__version__} (wire-compatible with {REFERENCE})", highlight=False)
         raise typer.Exit(ExitStatus.OK)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and the reference it is compatible with.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    del version  # answered by its callback
 
 
 # Registered in the order `--help` lists them; each command lives in the module of its group.

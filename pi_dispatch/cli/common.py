@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from pi_dispatch.core.errors import ConfigError, Problem
+
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)
 
@@ -19,3 +21,19 @@ ValkeyUrlOption = Annotated[
     str | None,
     typer.Option("--valkey-url", help="The shared Valkey (default: $VALKEY_URL). Password: $VALKEY_PASSWORD."),
 ]
+
+
+def write_file(path: Path, text: str, option: str, *, exclusive: bool = False) -> bool:
+    """Write a file the operator named; False when `exclusive` and it exists. A path that cannot be written is the
+    operator's to fix: one line naming the option and why (exit 2), never a traceback."""
+    try:
+        with path.open("x" if exclusive else "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except FileExistsError:
+        if exclusive:
+            return False
+        raise
+    except OSError as error:
+        fix = "create its folder, or pass a path in a folder you can write to"
+        raise ConfigError([Problem(str(path), f"cannot be written ({error.strerror})", option, fix)]) from None
+    return True

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from pi_dispatch.cli.common import EnvFileOption, JsonOption, console
+from pi_dispatch.cli.common import EnvFileOption, JsonOption, console, write_file
 from pi_dispatch.core.errors import ConfigError, Problem
 
 config_app = typer.Typer(no_args_is_help=True, help="Validate, show and render worker configuration.")
@@ -96,5 +96,5 @@ def config_schema(
         if write is None:
             sys.stdout.write(generated(each))
         else:
-            (write / f"{each}.schema.json").write_text(generated(each), encoding="utf-8")
+            write_file(write / f"{each}.schema.json", generated(each), "--write")
             console.print(escape(f"wrote {write / f'{each}.schema.json'}"))

@@ -109,7 +109,11 @@ def runs(
         found, degraded, skipped = merged_runs(directory, store_address(url), wanted, None)
     found = [run for run in found if (host is None or run.get("host") == host)]
     found = [run for run in found if (outcome is None or run.get("outcome") == outcome)][: max(limit, 1)]
+    unreachable = degraded.startswith("unreachable")
     if as_json:
         sys.stdout.write(json.dumps({"degraded": degraded, "skipped": skipped, "runs": found}, indent=2) + "\n")
-    else:
+    elif found or not unreachable:
         print_runs(console, found, degraded, skipped)
+    if unreachable:  # this host's records alone, if any: shown, but not the fleet's answer
+        errors.print(escape(f"error: the fleet mirror is {degraded}; fix: check --valkey-url and VALKEY_PASSWORD"))
+        raise typer.Exit(ExitStatus.FAILURE)

@@ -10,9 +10,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console
+from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
-from pi_dispatch.fleet.registry import LiveHosts, Unreachable
+from pi_dispatch.fleet.registry import Unreachable
 
 
 def read_job_file(path: Path) -> dict[str, object]:
@@ -31,7 +31,10 @@ def read_job_file(path: Path) -> dict[str, object]:
 def route(
     job: Annotated[Path, typer.Option("--job", help="The job's data as JSON (what the receiver would enqueue).")],
     kind: Annotated[str, typer.Option("--kind", help="The forge: github, gitlab, forgejo or azure.")] = "github",
-    live: Annotated[bool, typer.Option("--live", help="Route against the live registry.")] = True,
+    offline: Annotated[
+        bool,
+        typer.Option("--offline", help="Decide without the store, as the router would with no live host."),
+    ] = False,
     inventory: Annotated[
         Path | None, typer.Option("-i", "--inventory", help="Route against an inventory instead.")
     ] = None,
@@ -46,16 +49,21 @@ def route(
     from pi_dispatch.fleet.inventory import load_inventory
 
     data = read_job_file(job)
+    hosts: list[dict[str, object]] = []
     if inventory is not None:
         fleet = [FleetHost.of_inventory(host) for host in load_inventory(inventory)]
-        hosts: list[dict[str, object]] = [routing_view(host, heartbeat_row(host)) for host in fleet]
-    else:
+        hosts = [routing_view(host, heartbeat_row(host)) for host in fleet]
+    elif not offline:
         result = read_registry(store_address(url))
-        if isinstance(result, Unreachable):
-            console.print(
-                f"[yellow]registry unreachable ({result.reason}): the router would use the shared queue[/yellow]"
+        if isinstance(result, Unreachable):  # a decision without the registry is not the one the router would take
+            errors.print(
+                escape(
+                    f"error: the registry could not be read ({result.reason}); fix: check --valkey-url "
+                    "and VALKEY_PASSWORD, or pass --offline to decide without it"
+                )
             )
-        hosts = result.hosts if isinstance(result, LiveHosts) else []
+            raise typer.Exit(ExitStatus.FAILURE)
+        hosts = result.hosts
     trigger = data.get("trigger")
     try:
         job_id = forge_delivery_job_id(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from pi_dispatch.config.kinds import VALKEY_URL
 from pi_dispatch.core.errors import ConfigError, PiDispatchError, Problem
 from pi_dispatch.core.keys import SHARED_QUEUE
 from pi_dispatch.fleet.backlog import BACKLOG_READ
@@ -31,6 +33,10 @@ def store_address(option: str | None) -> StoreAddress:
     """The store from --valkey-url, else VALKEY_URL, else the default, and the Sentinels VALKEY_SENTINELS names,
     as the worker reads them. Passwords only ever come from the environment (VALKEY_PASSWORD,
     VALKEY_SENTINEL_PASSWORD)."""
+    url, source = (option, "--valkey-url") if option else (os.environ.get("VALKEY_URL"), "environment")
+    if url and re.fullmatch(VALKEY_URL, url) is None:
+        fix = "a URL such as redis://127.0.0.1:6379/0, rediss://store.lan:6380 or unix:///run/valkey/valkey.sock"
+        raise ConfigError([Problem("VALKEY_URL", "is not a redis://, rediss:// or unix:// URL", source, fix)])
     try:
         return store_from_environ(os.environ, option)
     except ValueError as error:

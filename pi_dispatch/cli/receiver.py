@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from pi_dispatch.cli.common import write_file
 from pi_dispatch.infra.units import ENV_FILE_OPTION
 
 receiver_app = typer.Typer(invoke_without_command=True)
@@ -100,10 +101,7 @@ def init(
 
     text = json.dumps(STARTER, indent=2) + "\n"
     parse_triggers(text, "starter")  # the starter is itself a file the parser accepts
-    try:
-        with triggers.open("x", encoding="utf-8") as handle:
-            handle.write(text)
-    except FileExistsError:
+    if not write_file(triggers, text, "--triggers", exclusive=True):
         console.print(escape(f"{triggers} exists; left as it is"))
-        raise typer.Exit(1) from None
+        raise typer.Exit(1)
     console.print(escape(f"wrote {triggers}: edit it, then point PI_TRIGGERS_FILE at it"))

@@ -8,9 +8,10 @@ members of `pi_dispatch_receivers`; the audit reads the triggers file each one i
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pi_dispatch.config.hostvars import PREFIX, WORKERS_GROUP, InventoryHost
 from pi_dispatch.config.receiver_settings import RECEIVER_PREFIX
@@ -18,6 +19,10 @@ from pi_dispatch.core.errors import ConfigError, Problem
 from pi_dispatch.infra.extras import require
 
 RECEIVERS_GROUP = "pi_dispatch_receivers"
+# What an inventory folder holds beside the inventory (the roles' scripts, the demo's jobs, the triggers files):
+# Ansible would try to parse each as an inventory source and warn. The ansible.cfg files say the same to
+# ansible-playbook run from the checkout or from ansible/.
+NOT_INVENTORY: Final = (r"^files$", r"^jobs$", r"triggers\.json$")
 
 
 def _plain(value: object) -> Any:
@@ -44,6 +49,7 @@ def _groups_of(
     templated variables, from one load of the inventory (a fleet of thousands takes seconds to load).
     extra: variables given on the command line (`-e`), which win over the inventory's, as Ansible's extra vars do."""
     require("controller", "ansible")
+    os.environ.setdefault("ANSIBLE_INVENTORY_IGNORE_REGEX", ",".join(NOT_INVENTORY))  # read when ansible loads
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader

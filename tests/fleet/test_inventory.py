@@ -152,3 +152,38 @@ def test_the_role_filter_refuses_an_invalid_host_with_the_validators_message() -
 
     with pytest.raises(AnsibleFilterError, match="pi_dispatch_worker_concurrency"):
         _role_filter()({f"{PREFIX}concurrency": 0}, "mini9")
+
+
+def test_an_inventory_folder_loads_without_a_warning_in_either_form(tmp_path: Path) -> None:
+    """The example folder holds scripts, jobs and triggers files beside the inventory: Ansible, given the folder,
+    must not try them as inventory sources (from the checkout, through ansible.cfg; from anywhere, through the CLI)."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    bin_dir = Path(sys.executable).parent
+    for source in ("inventory.example/", "inventory.example/hosts.yml"):
+        listed = [bin_dir / "ansible-inventory", "-i", source, "--graph"]
+        graph = subprocess.run(listed, cwd=repo, capture_output=True, text=True, check=True)
+        assert "WARNING" not in graph.stderr and "mini1" in graph.stdout
+        rendered = subprocess.run(
+            [sys.executable, "-m", "pi_dispatch", "config", "render", "-i", repo / source, "--host", "mini1"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert rendered.stderr == "" and "PI_WORKER_NAME=mini1" in rendered.stdout
+
+
+def test_the_ansible_configs_ignore_what_the_cli_ignores() -> None:
+    import configparser
+
+    from pi_dispatch.fleet.inventory import NOT_INVENTORY
+
+    repo = Path(__file__).resolve().parents[2]
+    for config in (repo / "ansible.cfg", repo / "ansible" / "ansible.cfg"):
+        parsed = configparser.ConfigParser(interpolation=None)
+        parsed.read(config)
+        listed = [pattern.strip() for pattern in parsed["inventory"]["ignore_patterns"].split(",")]
+        assert tuple(listed) == NOT_INVENTORY, config
