@@ -55,7 +55,7 @@ AFTER_S = 8.0  # deliveries after the promotion
 GAP_GOAL_S = 5.0
 BACKLOG = 24  # deliveries sent at once just before the fault, so work waits while the store fails over
 BACKLOG_BASE = 1_000_000
-KEEP_LOGS = bool(os.environ.get("PI_BENCH_KEEP"))
+KEEP_LOGS = bool(os.environ.get("BENCH_KEEP"))
 
 
 async def serve(port: int) -> None:

@@ -26,7 +26,7 @@ def main() -> int:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/scenarios/test_hostile.py"],
         cwd=REPO,
-        env={**os.environ, "PI_HOSTILE_JOBS": str(arguments.jobs)},
+        env={**os.environ, "HOSTILE_JOBS": str(arguments.jobs)},
         capture_output=True,
         text=True,
         check=False,

@@ -25,8 +25,8 @@ SEED_DIFF = SHARED / "seed" / "pi-dispatch-1.7.0-to-1.8.0.diff"
 
 @pytest.fixture(scope="session")
 def valkey_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The suite's Valkey: PI_TEST_VALKEY_URL when given, else a redis-server started for this session."""
-    given = os.environ.get("PI_TEST_VALKEY_URL")
+    """The suite's Valkey: TEST_VALKEY_URL when given, else a redis-server started for this session."""
+    given = os.environ.get("TEST_VALKEY_URL")
     if given:
         yield given
         return

@@ -128,7 +128,8 @@ def load_declared(
     through the model, with the raw values read. Raises ConfigError naming every problem."""
     raw = read_raw(model, env_file, environment() if environment is not None else None)
     settings, own = _validated(model, raw, facts or HostFacts.of_this_machine())
-    found = raw.problems + explained(problems(schema, raw.values, raw.label), own)
+    # every name the place holds, so a variable that is nearly a setting is refused with the one it resembles
+    found = raw.problems + explained(problems(schema, raw.everything, raw.label), own)
     if found or settings is None:
         raise ConfigError(found)
     return settings, raw

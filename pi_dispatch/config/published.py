@@ -17,8 +17,11 @@ from pi_dispatch.config.hostvars import PREFIX, RoleVars
 from pi_dispatch.config.kinds import X_FIX, bounds_of, extra, form_of
 from pi_dispatch.config.receiver_settings import ReceiverSettings
 from pi_dispatch.config.worker_settings import WorkerSettings, host_variable
+from pi_dispatch.core.jobs import JOB_VARIABLES
 
 GENERATED: Final = ("worker-env", "host-vars", "receiver-env")
+# The prefixes of the variables pi-dispatch reads: one of these that no process of it reads is a typo.
+OWNED_PREFIXES: Final = ("PI_", "VALKEY_", "RECEIVER_", "WEBHOOK_")
 DRAFT: Final = "https://json-schema.org/draft/2020-12/schema"
 ID: Final = "https://pi-dispatch.dev/schemas/{name}.schema.json"
 
@@ -47,12 +50,24 @@ def env_schema(model: type[DeclaredSettings], name: str, title: str, description
         default = {} if info.default is None else {"default": form.env_text(info.default)}
         schema = {"type": "string", **default, **form.env_schema(bounds_of(info))}
         properties[str(info.validation_alias)] = _property(info, schema, info.description)
+    refused = f"^({'|'.join(OWNED_PREFIXES)})"
     return _document(
         name,
         title,
-        description + " Unknown variables are allowed (the process environment holds many).",
-        {"additionalProperties": {"type": "string"}, "properties": properties},
+        description + f" A variable named {', '.join(OWNED_PREFIXES)}... that no pi-dispatch process reads is "
+        "refused (almost always a typo); others are allowed (the process environment holds many).",
+        {
+            "additionalProperties": {"type": "string"},
+            "properties": properties,
+            "propertyNames": {"anyOf": [{"enum": sorted(_every_variable())}, {"not": {"pattern": refused}}]},
+        },
     )
+
+
+def _every_variable() -> set[str]:
+    """What some pi-dispatch process reads or sets: the worker's, the receiver's, and the job's own variables."""
+    models = (WorkerSettings, ReceiverSettings)
+    return {str(info.validation_alias) for model in models for info in model.model_fields.values()} | set(JOB_VARIABLES)
 
 
 def worker_env_schema() -> dict[str, Any]:

@@ -89,9 +89,9 @@ def problems(name: str, instance: object, source: str = "") -> list[Problem]:
         property_schema = _property_schema(schema, path)
         secret = bool(property_schema.get("writeOnly"))
         subject = "/".join(map(str, path)) or "(top level)"
-        if _unknown_name(error) and not path:
-            subject = str(error.instance)
         fix = str(property_schema.get("x-fix", ""))
+        if _unknown_name(error) and not path:
+            subject, fix = str(error.instance), f"remove it, or spell it as a name the {name} schema lists"
         found.append(Problem(subject, _message(error, schema, secret), source, fix))
     return found
 

@@ -17,6 +17,10 @@ FORGE_PREFIX: Final = {"github": "gh-", "gitlab": "gl-", "forgejo": "fj-", "azur
 FORGE_KINDS: Final = frozenset(FORGE_PREFIX)
 LOCAL_KIND: Final = "local"  # a cron job run on the host that scheduled it
 JOB_KINDS: Final = FORGE_KINDS | {LOCAL_KIND}
+# Variables the worker sets in every job container (a job may not bind a secret over them).
+JOB_VARIABLES: Final = ("PI_JOB_ID", "PI_JOB_ATTEMPT", "PI_JOB_KIND", "PI_HOST")
+# And what the runtime sets in it: a binding over any of these would be overwritten.
+CONTAINER_VARIABLES: Final = frozenset({*JOB_VARIABLES, "PATH", "HOME", "HOSTNAME", "USER", "TERM", "SHELL"})
 # What a trigger fires on (`on.type`), as its jobs' records name it (`triggerType`).
 TRIGGER_TYPES: Final = frozenset({"cron", "label", "comment", "pull_request", "issue"})
 DELIVERY_HEADER: Final = {

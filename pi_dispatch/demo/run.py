@@ -132,8 +132,8 @@ def worker_environment(host: InventoryHost, url: str, state: Path, hostname: str
         PI_JOBS_DIR=str(folder / "jobs"),
         PI_DRAIN_GRACE_MS="5000",
         PI_METRICS_ADDR=f"127.0.0.1:{free_port()}",  # the hosts share this machine, so not one default port
-        PI_EXAMPLE_SECRETS_DIR=str(state / "secrets"),
-        PI_EXAMPLE_FLAGS_DIR=str(state / "flags"),
+        EXAMPLE_SECRETS_DIR=str(state / "secrets"),
+        EXAMPLE_FLAGS_DIR=str(state / "flags"),
     )
     if (source := host.triggers_source) is not None:  # its own copy, as the role installs one beside the env file
         env["PI_TRIGGERS_FILE"] = str(shutil.copyfile(source, folder / "triggers.json"))

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from pi_dispatch.core.jobs import LOCAL_KIND
+from pi_dispatch.core.jobs import CONTAINER_VARIABLES, LOCAL_KIND
 from pi_dispatch.core.jscompat import is_integer, js_length, js_trim
 from pi_dispatch.core.names import PROFILE_NAME_RE
 from pi_dispatch.core.waits import WAIT_CONDITION_MAX, parse_after_instant
@@ -24,7 +24,7 @@ BACKENDS: Final = frozenset({"local"})
 EXCLUDABLE_TOOLS: Final = ("read", "bash", "powershell", "edit", "write", "grep", "find", "ls")
 # Names the worker or the runtime writes into every job container; a binding over one would be overwritten.
 RESERVED_ENV: Final = frozenset(
-    {"PI_JOB_ID", "PI_JOB_ATTEMPT", "PI_JOB_KIND", "PI_HOST", "PATH", "HOME", "HOSTNAME", "USER", "TERM", "SHELL"}
+    CONTAINER_VARIABLES
     | {"GITHUB_TOKEN", "GH_TOKEN", "GITLAB_TOKEN", "FORGEJO_TOKEN", "AZURE_TOKEN", "AZURE_DEVOPS_EXT_PAT"}
 )
 SKILL_NAME: Final = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?")

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from pi_dispatch.core.capabilities import capability_tokens, job_needs
 from pi_dispatch.core.jobbounds import job_refusal
-from pi_dispatch.core.jobs import QueuedJob
+from pi_dispatch.core.jobs import CONTAINER_VARIABLES, QueuedJob
 from pi_dispatch.core.jscompat import iso_string
 from pi_dispatch.core.names import IMAGE_REFERENCE_RE
 from pi_dispatch.core.reasons import Reason
@@ -52,10 +52,6 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from pi_dispatch.config.worker_settings import WorkerSettings
-
-# Variables the worker sets in every job container; a job may not bind a secret over them.
-JOB_VARIABLES: Final = ("PI_JOB_ID", "PI_JOB_ATTEMPT", "PI_JOB_KIND", "PI_HOST")
-RESERVED_NAMES: Final = frozenset({*JOB_VARIABLES, "PATH", "HOME", "HOSTNAME", "USER", "TERM", "SHELL"})
 
 
 def attempts_made(job: QueuedJob) -> int:
@@ -95,7 +91,7 @@ class Attempts:
         self.name = settings.worker_name
         self.capabilities = frozenset(capability_tokens(settings.secret_profiles, settings.wait_profiles))
         self.secrets = SecretsGate(
-            settings.secret_profiles, timeout_s=settings.secret_resolve_timeout_ms / 1000, reserved=RESERVED_NAMES
+            settings.secret_profiles, timeout_s=settings.secret_resolve_timeout_ms / 1000, reserved=CONTAINER_VARIABLES
         )
 
     def abort_all(self) -> None:

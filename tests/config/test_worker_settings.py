@@ -156,3 +156,34 @@ def test_the_cli_refuses_malformed_sentinels_in_one_line_with_exit_2(monkeypatch
     done = run_cli("hosts")
     assert done.returncode == 2, done.stderr
     assert "VALKEY_SENTINELS" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_misspelt_variable_is_refused_with_the_setting_it_resembles() -> None:
+    said = refused({"PI_CONCURENCY": "3", "PI_FOO": "1", "VALKEY_PASWORD": "x"})
+    assert any(line.startswith("PI_CONCURENCY:") and "did you mean PI_CONCURRENCY?" in line for line in said)
+    assert any(line.startswith("PI_FOO:") and "not a variable pi-dispatch knows" in line for line in said)
+    assert any("did you mean VALKEY_PASSWORD?" in line for line in said)
+
+
+def test_variables_of_other_tools_and_of_the_receiver_and_the_job_pass() -> None:
+    load(
+        {
+            "GITHUB_TOKEN": "t",
+            "HOME": "/root",
+            "WEBHOOK_SECRET": "s",
+            "PI_JOB_ID": "gh-1",
+            "PI_RECEIVER_HEALTH_ADDR": "",
+        }
+    )
+
+
+def test_the_cli_refuses_a_misspelt_variable_in_an_env_file_and_the_receiver_in_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env_file = tmp_path / "worker.env"
+    env_file.write_text("PI_WORKER_NAME=mini1\nPI_CONCURENCY=3\n")
+    worker = run_cli("config", "check", "--env-file", str(env_file))
+    assert worker.returncode == 2 and "did you mean PI_CONCURRENCY?" in worker.stderr
+    monkeypatch.setenv("WEBHOOK_SECRT", "x")
+    receiver = run_cli("receiver", "check")
+    assert receiver.returncode == 2 and "did you mean WEBHOOK_SECRET?" in receiver.stderr

@@ -26,7 +26,7 @@ from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
 from tests.support.hostile import Figures, account, hostile_jobs, hostile_records, hostile_rows, settled
 from tests.support.workers import finished_job, running_worker, settings_of, worker_env
 
-JOBS = int(os.environ.get("PI_HOSTILE_JOBS", "10000"))
+JOBS = int(os.environ.get("HOSTILE_JOBS", "10000"))
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=50),

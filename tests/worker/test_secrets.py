@@ -186,7 +186,7 @@ EXAMPLE_FILES = Path(__file__).resolve().parent.parent.parent / "inventory.examp
 
 async def test_the_example_resolver_follows_the_protocol(tmp_path: Path) -> None:
     (tmp_path / "deploy-token").write_text("s3cret\n")
-    env = {"PATH": "/usr/bin:/bin", "PI_EXAMPLE_SECRETS_DIR": str(tmp_path)}
+    env = {"PATH": "/usr/bin:/bin", "EXAMPLE_SECRETS_DIR": str(tmp_path)}
     script = EXAMPLE_FILES / "resolve-example"
     assert (await resolve_reference(script, "deploy-token", 10, env)).value == "s3cret"
     for reference in ("missing", "../deploy-token", ".hidden", ""):
@@ -197,7 +197,7 @@ async def test_the_example_check_goes_on_its_flag(tmp_path: Path) -> None:
     check = tmp_path / "ci"
     check.write_bytes((EXAMPLE_FILES / "check-flag").read_bytes())
     check.chmod(0o755)
-    env = {"PATH": "/usr/bin:/bin", "PI_EXAMPLE_FLAGS_DIR": str(tmp_path)}
+    env = {"PATH": "/usr/bin:/bin", "EXAMPLE_FLAGS_DIR": str(tmp_path)}
     assert (await run_wait_check(check, "acme/app#7", 10, env)).verdict == "hold"
     (tmp_path / "ci.green").touch()
     assert (await run_wait_check(check, "acme/app#7", 10, env)).verdict == "go"
