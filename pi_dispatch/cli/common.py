@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from pi_dispatch.core.errors import ConfigError, Problem
+from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)
@@ -21,6 +26,20 @@ ValkeyUrlOption = Annotated[
     str | None,
     typer.Option("--valkey-url", help="The shared Valkey (default: $VALKEY_URL). Password: $VALKEY_PASSWORD."),
 ]
+
+
+@contextmanager
+def problems_as_json(as_json: bool) -> Iterator[None]:
+    """With --json, a config error is printed as JSON on stdout (every problem, each with its fields), exit 2;
+    without, it goes to the usual one-line report."""
+    try:
+        yield
+    except ConfigError as error:
+        if not as_json:
+            raise
+        listed = [asdict(problem) for problem in error.problems]
+        sys.stdout.write(json.dumps({"ok": False, "problems": listed}, indent=2) + "\n")
+        raise typer.Exit(ExitStatus.CONFIG) from None
 
 
 def write_file(path: Path, text: str, option: str, *, exclusive: bool = False) -> bool:

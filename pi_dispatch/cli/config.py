@@ -2,45 +2,102 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from pi_dispatch.cli.common import EnvFileOption, JsonOption, console, write_file
-from pi_dispatch.core.errors import ConfigError, Problem
+from pi_dispatch.cli.common import EnvFileOption, JsonOption, console, errors, problems_as_json, write_file
+from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 
 config_app = typer.Typer(no_args_is_help=True, help="Validate, show and render worker configuration.")
 
 
 @config_app.command("check")
-def config_check(env_file: EnvFileOption = None) -> None:
-    """Validate the worker's configuration: prints OK or every problem; exit 0 or 2."""
+def config_check(
+    env_file: EnvFileOption = None,
+    live: Annotated[
+        bool,
+        typer.Option(
+            "--live",
+            help="Also ask the real services: the store, Docker, the job image, each profile's script, the "
+            "logs and jobs folders (run it as the worker's user). Exit 1 naming the first that fails.",
+        ),
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Validate the worker's configuration: prints OK or every problem; exit 0 or 2 (1 when --live finds a fault).
+
+    pi-dispatch config check --env-file /etc/pi-dispatch/worker.env --live
+    """
     from pi_dispatch.config.worker_settings import load_settings
     from pi_dispatch.triggers.schedules import load_cron
+    from pi_dispatch.worker.preflight import live_checks
 
-    settings = load_settings(env_file)
+    with problems_as_json(as_json):
+        settings = load_settings(env_file)
+        cron: int | None = None
+        if settings.triggers_file is not None:
+            _, triggers = load_cron(settings.triggers_file, "PI_TRIGGERS_FILE")
+            cron = sum(trigger.on_type == "cron" for trigger in triggers)
     where = str(env_file) if env_file else "the environment"
-    declared = "declared" if settings.worker_name_declared else "not declared, derived from the hostname"
-    cron = "cron disabled"
-    if settings.triggers_file is not None:
-        _, triggers = load_cron(settings.triggers_file, "PI_TRIGGERS_FILE")
-        cron = f"{sum(trigger.on_type == 'cron' for trigger in triggers)} cron entries"
-    console.print(escape(f"OK: {where} configures worker {settings.worker_name!r} ({declared}; {cron})"))
+    checks = asyncio.run(live_checks(settings)) if live else []
+    failed = next((check for check in checks if not check.ok), None)
+    if as_json:
+        report = {"ok": failed is None, "source": where, "worker": settings.worker_name}
+        report |= {"nameDeclared": settings.worker_name_declared, "cronEntries": cron}
+        sys.stdout.write(json.dumps(report | {"checks": [check.as_json() for check in checks]}, indent=2) + "\n")
+    else:
+        declared = "declared" if settings.worker_name_declared else "not declared, derived from the hostname"
+        said = "cron disabled" if cron is None else f"{cron} cron entries"
+        console.print(escape(f"OK: {where} configures worker {settings.worker_name!r} ({declared}; {said})"))
+        for check in checks:
+            line = f"{'ok' if check.ok else 'FAIL':>4}  {check.name}: {check.detail}"
+            console.print(escape(line), highlight=False, soft_wrap=True)  # a path is never cut
+    if failed is not None:
+        errors.print(escape(f"error: {failed.name}: {failed.detail}"), highlight=False)
+        raise typer.Exit(ExitStatus.FAILURE)
 
 
 @config_app.command("triggers")
-def config_triggers(file: Annotated[Path, typer.Argument(help="The triggers file to check.")]) -> None:
-    """Check a triggers file as the worker reads it (and the receiver, which reads the same format): exit 0 or 2."""
-    from pi_dispatch.triggers.schedules import load_cron
+def config_triggers(
+    file: Annotated[Path, typer.Argument(help="The triggers file to check.")],
+    zone: Annotated[
+        str | None, typer.Option("--tz", help="The zone cron entries fire in (default: TZ, else this host's).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Check a triggers file as the worker reads it (and the receiver, which reads the same format): every problem
+    at once, exit 0 or 2; each cron entry's next three runs in the host's zone.
 
-    _, triggers = load_cron(file, str(file))
-    cron = sum(trigger.on_type == "cron" for trigger in triggers)
-    console.print(escape(f"OK: {file}: {len(triggers)} triggers, {cron} of them cron"))
+    pi-dispatch config triggers /etc/pi-dispatch-triggers/triggers.json --tz Europe/Amsterdam
+    """
+    from pi_dispatch.infra.clock import host_zone
+    from pi_dispatch.triggers.cronpatterns import next_runs
+    from pi_dispatch.triggers.schedules import cron_entries, load_cron
+
+    with problems_as_json(as_json):
+        _, triggers = load_cron(file, str(file))
+    where = host_zone(zone or os.environ.get("TZ")) or "UTC"
+    cron: list[dict[str, Any]] = [
+        {"index": entry.index, "id": str(entry.on["id"]), "pattern": str(entry.on["pattern"]), "zone": where}
+        | {"next": [run.isoformat() for run in next_runs(str(entry.on["pattern"]), where)]}
+        for entry in cron_entries(triggers)
+    ]
+    if as_json:
+        sys.stdout.write(json.dumps({"ok": True, "file": str(file), "triggers": len(triggers), "cron": cron}) + "\n")
+        return
+    console.print(escape(f"OK: {file}: {len(triggers)} triggers, {len(cron)} of them cron"), soft_wrap=True)
+    for entry in cron:
+        runs = ", ".join(entry["next"]) or "never (no date matches the pattern)"
+        line = f"  cron {entry['id']} ({entry['pattern']}, {where}): next {runs}"
+        console.print(escape(line), highlight=False, soft_wrap=True)
 
 
 @config_app.command("show")

@@ -219,14 +219,27 @@ def _entry(entry: object, comment_kinds: set[str], cron_ids: set[str]) -> tuple[
 
 def parse_triggers(text: str | bytes, source: str) -> list[Trigger]:
     """Every entry of a triggers file, normalized, or ConfigError naming each refused entry's index and field."""
+    triggers, problems = collect_triggers(text, source)
+    if problems:
+        raise ConfigError(problems)
+    return triggers
+
+
+def _json_refusal(error: ValueError | RecursionError) -> str:
+    if isinstance(error, json.JSONDecodeError):
+        return f"is not valid JSON at line {error.lineno}, column {error.colno} ({error.msg})"
+    return str(error) if str(error).startswith("duplicate key") else "is not valid JSON"
+
+
+def collect_triggers(text: str | bytes, source: str) -> tuple[list[Trigger], list[Problem]]:
+    """The entries that parse, and a problem for each that does not (every entry is tried)."""
     try:
         document = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except (ValueError, RecursionError) as error:
-        reason = str(error) if str(error).startswith("duplicate key") else "is not valid JSON"
-        raise ConfigError([Problem("triggers file", reason, source, "fix the file")]) from None
+        return [], [Problem("triggers file", _json_refusal(error), source, "fix the file")]
     entries = document.get("triggers") if isinstance(document, Mapping) else None
     if not isinstance(entries, list):
-        raise ConfigError([Problem("triggers file", 'must be an object with a "triggers" array', source, FIX)])
+        return [], [Problem("triggers file", 'must be an object with a "triggers" array', source, FIX)]
     comment_kinds: set[str] = set()
     cron_ids: set[str] = set()
     triggers: list[Trigger] = []
@@ -238,13 +251,34 @@ def parse_triggers(text: str | bytes, source: str) -> list[Trigger]:
             problems.append(Problem(f"trigger {index} {refusal.field}", refusal.message, source, FIX))
             continue
         triggers.append(Trigger(source, index, on, run))
-    if problems:
-        raise ConfigError(problems)
-    return triggers
+    return triggers, problems
+
+
+def authored_patterns(text: str | bytes) -> dict[int, str]:
+    """Each cron entry's pattern as written, by index, whether or not the rest of its entry parses (so a file's
+    every problem is said in one run); {} when the text is not a triggers document."""
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    entries = document.get("triggers") if isinstance(document, Mapping) else None
+    return {
+        index: entry["on"]["pattern"]
+        for index, entry in enumerate(entries if isinstance(entries, list) else [])
+        if isinstance(entry, Mapping)
+        and isinstance(entry.get("on"), Mapping)
+        and entry["on"].get("type") == "cron"
+        and isinstance(entry["on"].get("pattern"), str)
+    }
 
 
 def read_triggers(path: Path, label: str | None = None) -> tuple[bytes, list[Trigger]]:
     """A triggers file's bytes and its triggers; label names the file in messages and findings (default: the path)."""
+    return (text := read_triggers_file(path, label)), parse_triggers(text, label or str(path))
+
+
+def read_triggers_file(path: Path, label: str | None = None) -> bytes:
+    """A triggers file's bytes, or ConfigError saying why it cannot be read."""
     source = label or str(path)
     try:
         text = path.read_bytes()
@@ -257,7 +291,7 @@ def read_triggers(path: Path, label: str | None = None) -> tuple[bytes, list[Tri
                 )
             ]
         ) from None
-    return text, parse_triggers(text, source)
+    return text
 
 
 def load_triggers(path: Path, label: str | None = None) -> list[Trigger]:

@@ -22,7 +22,8 @@ from typing import Any, Final
 from pi_dispatch.core.errors import ConfigError, Problem
 from pi_dispatch.core.jobs import LOCAL_KIND
 from pi_dispatch.core.jscompat import js_json, js_sorted
-from pi_dispatch.triggers.file import FIX, Trigger, read_triggers
+from pi_dispatch.triggers.cronpatterns import why_refused
+from pi_dispatch.triggers.file import FIX, Trigger, authored_patterns, collect_triggers, read_triggers_file
 
 CRON: Final = "cron"
 LOCAL_JOB_NAME: Final = "local"
@@ -129,26 +130,32 @@ def zones_disagree(my_zone: str, peer_zones: Iterable[object]) -> list[str]:
     return sorted(zones) if len(zones) > 1 else []
 
 
+def pattern_problems(patterns: Mapping[int, str], source: str) -> list[Problem]:
+    """A problem, naming the entry and the field, for each pattern BullMQ's cron parser cannot read."""
+    return [
+        Problem(f"trigger {index} on.pattern", f"is not a cron pattern: {why}", source, FIX)
+        for index, pattern in patterns.items()
+        if (why := why_refused(pattern)) is not None
+    ]
+
+
 def check_patterns(triggers: list[Trigger], source: str) -> None:
     """Refuse, naming the entry, a pattern BullMQ's cron parser cannot read: it would never fire."""
-    from croniter import croniter
-
-    bad = [entry for entry in cron_entries(triggers) if not _valid(croniter, str(entry.on["pattern"]))]
-    if bad:
-        raise ConfigError(
-            [Problem(f"trigger {entry.index} on.pattern", "is not a cron pattern", source, FIX) for entry in bad]
-        )
-
-
-def _valid(croniter: Any, pattern: str) -> bool:
-    try:
-        return bool(croniter.is_valid(pattern, second_at_beginning=True))
-    except Exception:  # a parser that chokes on a pattern has answered the question
-        return False
+    patterns = {entry.index: str(entry.on["pattern"]) for entry in cron_entries(triggers)}
+    if found := pattern_problems(patterns, source):
+        raise ConfigError(found)
 
 
 def load_cron(path: Path, label: str) -> tuple[bytes, list[Trigger]]:
-    """The triggers file's bytes and triggers, its cron patterns checked. Raises ConfigError."""
-    text, triggers = read_triggers(path, label)
-    check_patterns(triggers, label)
+    """The triggers file's bytes and triggers, its cron patterns checked. Raises ConfigError naming every problem
+    of every entry at once (the entries' own and their patterns')."""
+    text = read_triggers_file(path, label)
+    triggers, problems = collect_triggers(text, label)
+    if problems := problems + pattern_problems(authored_patterns(text), label):
+        raise ConfigError(sorted(problems, key=lambda problem: _entry_order(problem.subject)))
     return text, triggers
+
+
+def _entry_order(subject: str) -> tuple[int, str]:
+    number = subject.split(" ")[1] if subject.startswith("trigger ") else ""
+    return (int(number) if number.isdigit() else -1, subject)

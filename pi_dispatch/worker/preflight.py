@@ -1,0 +1,109 @@
+"""`config check --live`: whether this host can serve with these settings, asked of the real services as the worker
+would ask them (as `gitlab-runner verify` does): the store answers and takes the password, the Docker daemon
+answers, the job image is here, every resolver and check script is a file this user may execute, and the logs and
+jobs folders take a file. Run it as the worker's user (the role does), so the answers are the worker's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pi_dispatch.infra.store import store_of
+from pi_dispatch.infra.valkey import describe
+from pi_dispatch.worker.scripts import usable_script
+
+if TYPE_CHECKING:
+    from pi_dispatch.config.worker_settings import WorkerSettings
+
+CHECK_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One thing the worker needs, and whether this host has it (`detail` says what was found, or what to fix)."""
+
+    name: str
+    ok: bool
+    detail: str
+
+    def as_json(self) -> dict[str, object]:
+        return {"check": self.name, "ok": self.ok, "detail": self.detail}
+
+
+async def _store(settings: WorkerSettings) -> Check:
+    store = store_of(settings)
+    client = store.client(CHECK_TIMEOUT_S)
+    try:
+        await asyncio.wait_for(client.ping(), CHECK_TIMEOUT_S)
+    except Exception as error:  # any refusal (auth, Sentinel, network) is this check's answer
+        return Check("store", False, f"{store.shown()} did not answer ({describe(error)}); fix: VALKEY_* settings")
+    finally:
+        await client.aclose()
+    return Check("store", True, f"{store.shown()} answered")
+
+
+def _docker(image: str) -> list[Check]:
+    import docker
+    import requests.exceptions
+
+    failures = (docker.errors.DockerException, requests.exceptions.RequestException)
+    try:
+        client = docker.from_env(timeout=int(CHECK_TIMEOUT_S))
+    except failures as error:
+        return [Check("docker", False, f"no daemon ({type(error).__name__}); fix: start Docker, or set DOCKER_HOST")]
+    try:
+        client.ping()
+    except failures as error:
+        client.close()
+        return [Check("docker", False, f"the daemon did not answer ({type(error).__name__}); fix: start Docker")]
+    try:
+        try:
+            client.images.get(image)
+        except failures as error:
+            missing = Check("job image", False, f"{image} is not here ({type(error).__name__}); fix: build or pull it")
+            return [Check("docker", True, "the daemon answered"), missing]
+        return [Check("docker", True, "the daemon answered"), Check("job image", True, f"{image} is here")]
+    finally:
+        client.close()
+
+
+def _scripts(settings: WorkerSettings) -> list[Check]:
+    found = []
+    profiles = [("secret", settings.secret_profiles), ("wait", settings.wait_profiles)]
+    for kind, table in profiles:
+        for profile, path in sorted(table.items()):
+            name = f"{kind} profile {profile}"
+            real = usable_script(path)
+            if real is None:
+                found.append(Check(name, False, f"{path} is not an executable file; fix: install it, mode 0755"))
+            elif not os.access(real, os.X_OK):
+                found.append(Check(name, False, f"{path} may not be executed by this user; fix: its mode or owner"))
+            else:
+                found.append(Check(name, True, f"{path} is executable"))
+    return found
+
+
+def _folder(name: str, folder: Path) -> Check:
+    existing = next((candidate for candidate in (folder, *folder.parents) if candidate.exists()), Path("/"))
+    if existing != folder:  # the worker creates it: its nearest existing parent must take a folder
+        ok = os.access(existing, os.W_OK | os.X_OK)
+        detail = f"{folder} does not exist and {existing} " + ("takes it" if ok else "does not take it")
+        return Check(name, ok, detail + ("" if ok else "; fix: create it, owned by the worker's user"))
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".pi-dispatch-check-"):
+            pass
+    except OSError as error:
+        return Check(name, False, f"{folder} takes no file ({error.strerror}); fix: its owner, mode or free space")
+    return Check(name, True, f"{folder} takes a file")
+
+
+async def live_checks(settings: WorkerSettings) -> list[Check]:
+    """Every check, in the order the worker needs them; each bounded, none raises."""
+    store, docker_found = await asyncio.gather(_store(settings), asyncio.to_thread(_docker, settings.job_image))
+    folders = [_folder("logs dir", settings.logs_dir), _folder("jobs dir", settings.jobs_dir)]
+    return [store, *docker_found, *_scripts(settings), *folders]
