@@ -54,6 +54,7 @@ def hosts(
     """The live host registry (name, routes, caps, staleness, version, tz, free slots, and how many of the jobs
     waiting it could run) and each named host's queue."""
     from pi_dispatch.cli.reads import read_fleet, store_address
+    from pi_dispatch.console.rowview import typed_row
     from pi_dispatch.console.tables import print_host_queues, print_hosts
     from pi_dispatch.core.rehoming import rehome_after_ms
     from pi_dispatch.fleet.backlog import runnable
@@ -72,7 +73,7 @@ def hosts(
         sys.stdout.write(json.dumps(listed, indent=2) + "\n")
     elif as_json:
         could = runnable(result.hosts, read.waiting)  # beside the row's own fields, never one of them
-        listed = [{**row, "couldRun": could.get(str(row.get("name")))} for row in result.hosts]
+        listed = [typed_row({**row, "couldRun": could.get(str(row.get("name")))}) for row in result.hosts]
         sys.stdout.write(json.dumps(listed, indent=2) + "\n")
     else:
         print_hosts(console, result.hosts, result.invalid, runnable(result.hosts, read.waiting))

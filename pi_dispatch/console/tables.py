@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pi_dispatch.audit.placement import SEVERITIES, Report
-from pi_dispatch.console.terminal import plain, visible
+from pi_dispatch.console.terminal import keep_whole, plain, visible
 from pi_dispatch.core.capabilities import is_draining
 from pi_dispatch.core.jscompat import iso_string
 from pi_dispatch.fleet.backlog import shown_count
@@ -52,7 +52,7 @@ def print_report(console: Console, report: Report) -> None:
                 more = f"{count - FINDINGS_PER_CODE} more like the {FINDINGS_PER_CODE} above"
                 table.add_row(visible(code, 2_000), Text(more), Text("the same finding on other subjects"),
                               Text("--json lists every one"))  # fmt: skip
-        console.print(table)
+        console.print(keep_whole(table, "code"), crop=False)
     if report.accepted:
         console.print(visible(f"accepted on purpose, not counted: {', '.join(sorted(report.accepted))}", 2_000))
     summary = ", ".join(f"{report.count(severity)} {severity}" for severity in SEVERITIES)
@@ -86,14 +86,14 @@ def print_hosts(
             *(visible(host.get(field, "")) for field in ("version", "tz", "concurrency", "slotsFree")),
             visible(shown_count((could_run or {}).get(seen.name))),
         )
-    console.print(table)
+    console.print(keep_whole(table, "name", "caps", "version", "tz"), crop=False)
     if invalid:
         refused = Table(title=f"Invalid rows ({len(invalid)}): never routed to")
         refused.add_column("registry entry")
         refused.add_column("why")
         for row in invalid:
             refused.add_row(visible(row.member), visible(row.reason))
-        console.print(refused)
+        console.print(keep_whole(refused, "registry entry"), crop=False)
 
 
 def print_host_queues(console: Console, queues: list[HostQueue], after_ms: int, now_ms: int) -> None:
@@ -117,7 +117,7 @@ def print_host_queues(console: Console, queues: list[HostQueue], after_ms: int, 
             host = f"silent since {iso_string(queue.silent_since_ms)}"
             when = "due now" if due <= now_ms else f"at {iso_string(due)} (in {(due - now_ms) // 1000} s)"
         table.add_row(visible(queue.queue), visible(queue.counts.describe()), visible(host), visible(when))
-    console.print(table)
+    console.print(keep_whole(table, "queue"), crop=False)
 
 
 def print_runs(console: Console, runs: list[Any], degraded: str, skipped: int = 0) -> None:
@@ -141,6 +141,6 @@ def print_runs(console: Console, runs: list[Any], degraded: str, skipped: int = 
             visible(run.get("outcome") or ""),
             visible(run.get("reason") or "-"),
         )
-    console.print(table)
+    console.print(keep_whole(table, "ended", "job id", "host", "kind", "outcome"), crop=False)
     if skipped:
         console.print(f"{skipped} malformed records skipped")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
+from rich.cells import cell_len
+from rich.table import Table
 from rich.text import Text
 
 MAX_SHOWN: Final = 200
@@ -39,6 +41,18 @@ def plain(value: object, limit: int = MAX_SHOWN) -> str:
 def visible(value: object, limit: int = MAX_SHOWN) -> Text:
     """`plain` as a Rich Text, which a table shows as it is, markup and all."""
     return Text(plain(value, limit))
+
+
+def keep_whole(table: Table, *headers: str) -> Table:
+    """Identifiers (job ids, host and queue names, timestamps) stay whole, so a log of any command can be grepped
+    for one: their columns never wrap and are as wide as their longest value, and the prose columns wrap instead.
+    Print such a table with `crop=False`: in a pipe narrower than it, its lines run long rather than being cut."""
+    for column in table.columns:
+        if str(column.header) in headers:
+            column.no_wrap, column.overflow = True, "ignore"
+            widths = [cell_len(cell.plain) for cell in column.cells if isinstance(cell, Text)]
+            column.min_width = max([cell_len(str(column.header)), *widths])
+    return table
 
 
 _HIDDEN_IN_OUTPUT: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")

@@ -26,7 +26,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from pi_dispatch.console.terminal import plain, visible
+from pi_dispatch.console.terminal import keep_whole, plain, visible
 from pi_dispatch.core.capabilities import is_draining, is_live, is_stuck
 from pi_dispatch.core.jscompat import finite, iso_string, js_number
 from pi_dispatch.core.keys import SHARED_QUEUE
@@ -178,7 +178,7 @@ def hosts_table(frame: Frame, rows: int = 0) -> Table:
             visible(_ago(frame.at_ms, row.get("polledAt"))),
             Text("NOT DRAINING", style="bold red") if draining is not None else Text(""),
         )
-    return table
+    return keep_whole(table, "host")
 
 
 def queues_table(frame: Frame, rehome_after_ms: int, rows: int = 0) -> Table:
@@ -214,7 +214,7 @@ def queues_table(frame: Frame, rehome_after_ms: int, rows: int = 0) -> Table:
             visible(_ago(frame.at_ms, queue.oldest_waiting_ms)),
             visible(rehome),
         )
-    return table
+    return keep_whole(table, "queue")
 
 
 def runs_table(frame: Frame) -> Table:
@@ -224,7 +224,7 @@ def runs_table(frame: Frame) -> Table:
     for run in frame.runs:
         if isinstance(run, dict):
             table.add_row(*(visible(run.get(key) or "-") for key in ("endedAt", "jobId", "host", "outcome", "reason")))
-    return table
+    return keep_whole(table, "ended", "job id", "host", "outcome")
 
 
 def render(frame: Frame, rehome_after_ms: int, *, live: bool = True, rows: int = ROWS) -> RenderableType:
@@ -290,7 +290,7 @@ async def watch(
     try:
         if once:
             frame = await reader.read()
-            console.print(render(frame, rehome_after_ms, live=False, rows=rows))
+            console.print(render(frame, rehome_after_ms, live=False, rows=rows), crop=False)
             return 0 if frame.unreachable is None else 1
         stop = asyncio.Event()
         with (

@@ -38,3 +38,18 @@ def test_the_host_queues_list_those_holding_jobs_or_of_silent_hosts_and_count_th
     text = console.export_text()
     assert "pi-jobs@busy" in text and "pi-jobs@gone" in text and "pi-jobs@idle" not in text
     assert "Host queues (52, 50 of live hosts empty)" in text
+
+
+def test_a_run_table_through_a_pipe_keeps_ids_and_timestamps_whole() -> None:
+    from pi_dispatch.console.tables import print_runs
+
+    job_id = "gh-22222222-2222-2222-2222-222222222222"
+    runs = [
+        {"endedAt": "2026-12-01T08:15:22.123Z", "jobId": job_id, "host": "pi-host-with-a-long-name", "kind": "github",
+         "outcome": "completed", "reason": "a prose reason that may wrap as it likes in a narrow table"},
+    ]  # fmt: skip
+    console = Console(width=80, record=True, file=io.StringIO())
+    print_runs(console, runs, "ok")
+    text = console.export_text()
+    for identifier in (job_id, "2026-12-01T08:15:22.123Z", "pi-host-with-a-long-name", "completed"):
+        assert identifier in text, identifier

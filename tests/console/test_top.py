@@ -158,3 +158,22 @@ def test_the_live_view_refreshes_in_a_terminal_and_a_key_leaves_it(valkey_url: s
         assert b"\x1b[?1049l" in terminal.output  # and the screen it found, given back
     finally:
         terminal.close()
+
+
+def test_identifiers_stay_whole_at_80_columns_and_through_a_pipe() -> None:
+    now = 1_800_000_000_000
+    rows: list[dict[str, object]] = [
+        {"name": f"mini{n}", "routes": "true", "caps": "s:prod,w:ci,w:nightly", "staleMs": 1_000} for n in (1, 2)
+    ]
+    queues = [HostQueue("pi-jobs", "", QueueCounts(waiting=1), None, None)]
+    queues += [HostQueue(f"pi-jobs@mini{n}", f"mini{n}", QueueCounts(waiting=2), None, now - 5_000) for n in (1, 2)]
+    job_id = "gh-22222222-2222-2222-2222-222222222222"
+    runs: list[Any] = [
+        {"endedAt": "2026-12-01T08:15:22.123Z", "jobId": job_id, "host": "mini1", "outcome": "completed",
+         "reason": "a reason long enough to wrap across several lines of a narrow terminal"},
+    ]  # fmt: skip
+    console = Console(width=80, record=True, file=io.StringIO())  # not a terminal: a pipe
+    console.print(render(Frame(now, "redis://127.0.0.1:6379", None, rows, [], queues, runs, "ok"), 120_000), crop=False)
+    text = console.export_text()
+    for identifier in ("pi-jobs@mini1", "pi-jobs@mini2", job_id, "2026-12-01T08:15:22.123Z"):
+        assert identifier in text, identifier

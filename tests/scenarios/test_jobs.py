@@ -132,7 +132,7 @@ async def test_a_drained_host_finishes_its_running_job_and_its_waiting_ones_move
     drained = cli(fleet, "drain", "mini1")
     assert drained.returncode == 0 and "draining (its row says so)" in drained.stdout, drained.stdout
     hosts = json.loads(cli(fleet, "hosts", "--json").stdout)
-    assert {row["name"]: row.get("draining") for row in hosts}["mini1"] == "true"
+    assert {row["name"]: row.get("draining") for row in hosts}["mini1"] is True
     for job_id in waiting:  # moved to mini2, which runs them
         done = await finished_job(queues["pi-jobs@mini2"], job_id)
         assert done.returnvalue["outcome"] == "completed"

@@ -1,0 +1,48 @@
+"""A registry row as `hosts --json` prints it: the wire's strings typed (numbers, booleans, lists), so a script
+reads `"concurrency": 2`, not `"2"`. The wire itself stays strings (the reference's contract); a field this
+version does not know passes through as the string it is, and a value that does not read as its type is null."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Final
+
+# The row's numeric fields (milliseconds since the epoch, counts, a pid); blank means "not known": null.
+NUMBERS: Final = frozenset(
+    {"beatAt", "startedAt", "polledAt", "tookAt", "concurrency", "pid", "cronCount", "jobsMore", "slotsFree"}
+)
+FLAGS: Final = frozenset({"routes", "draining"})  # "true" or anything else
+LISTS: Final = frozenset({"caps"})  # comma separated tokens
+JSON_LISTS: Final = frozenset({"jobs"})  # a JSON array the worker writes
+
+
+def _number(text: str) -> int | None:
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
+
+
+def _json_list(text: str) -> list[object] | None:
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return parsed if isinstance(parsed, list) else None
+
+
+def typed_row(row: Mapping[str, object]) -> dict[str, object]:
+    """The row with each known field as its type; fields already typed (staleMs, couldRun) are kept."""
+    typed: dict[str, object] = {}
+    for key, value in row.items():
+        if not isinstance(value, str):
+            typed[key] = value
+        elif key in NUMBERS:
+            typed[key] = _number(value)
+        elif key in FLAGS:
+            typed[key] = value == "true"
+        elif key in LISTS:
+            typed[key] = [token for token in value.split(",") if token]
+        elif key in JSON_LISTS:
+            typed[key] = _json_list(value)
+        else:
+            typed[key] = value
+    return typed
