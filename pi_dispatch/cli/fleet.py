@@ -26,9 +26,13 @@ def top(
         int,
         typer.Option("--rows", min=0, help="At most this many hosts and queues, those needing a look first (0: all)."),
     ] = 40,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one frame as JSON (implies --once).")] = False,
 ) -> None:
     """The fleet live, about once a second: hosts, queues by state, the latest runs. q or Ctrl-C leaves; a pipe
-    gets one frame, as with --once."""
+    gets one frame, as with --once.
+
+    pi-dispatch top --once --rows 0     (every host and queue, once)
+    """
     from pi_dispatch.cli.reads import store_address
     from pi_dispatch.console.top import watch
     from pi_dispatch.core.rehoming import rehome_after_ms
@@ -41,6 +45,7 @@ def top(
                 rehome_after_ms(None),
                 once=once or not console.is_terminal,
                 rows=rows,
+                as_json=as_json,
             )
         )
     )

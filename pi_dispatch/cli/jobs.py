@@ -39,8 +39,13 @@ def route(
         Path | None, typer.Option("-i", "--inventory", help="Route against an inventory instead.")
     ] = None,
     url: ValkeyUrlOption = None,
+    as_json: JsonOption = False,
 ) -> None:
-    """Which queue this job would go to, and for every host why it was or was not chosen."""
+    """Which queue this job would go to, and for every host why it was or was not chosen.
+
+    pi-dispatch route --job job.json                  (against the live registry)
+    pi-dispatch route --job job.json -i inventory/    (against an inventory, as if every host were live)
+    """
     from pi_dispatch.cli.reads import read_registry, store_address
     from pi_dispatch.core.capabilities import explain_route
     from pi_dispatch.core.jobs import JobIdError, forge_delivery_job_id
@@ -72,10 +77,21 @@ def route(
             data.get("replica"),
         )
     except JobIdError as error:
-        console.print(escape(f"queue: {SHARED_QUEUE} (not routable: {error})"))
+        if as_json:
+            said = {"jobId": None, "queue": SHARED_QUEUE, "host": None, "abstention": f"not routable: {error}"}
+            sys.stdout.write(json.dumps(said | {"needs": [], "hosts": []}, indent=2) + "\n")
+        else:
+            console.print(escape(f"queue: {SHARED_QUEUE} (not routable: {error})"))
         raise typer.Exit(ExitStatus.OK) from error
     explanation = explain_route(hosts, data, job_id)
     queue = host_queue_name(explanation.host) if explanation.host else SHARED_QUEUE
+    if as_json:
+        verdicts = [
+            {"name": verdict.name, "chosen": verdict.chosen, "reason": verdict.reason} for verdict in explanation.hosts
+        ]
+        said = {"jobId": job_id, "queue": queue, "host": explanation.host, "abstention": explanation.abstention}
+        sys.stdout.write(json.dumps(said | {"needs": list(explanation.needs), "hosts": verdicts}, indent=2) + "\n")
+        return
     console.print(escape(f"job {job_id} needs {', '.join(explanation.needs) or 'nothing host-specific'}"))
     console.print(
         f"queue: [bold]{escape(queue)}[/bold]"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Final
 
@@ -10,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from pi_dispatch.cli.common import write_file
+from pi_dispatch.cli.common import problems_as_json, write_file
 from pi_dispatch.infra.units import ENV_FILE_OPTION
 
 receiver_app = typer.Typer(invoke_without_command=True)
@@ -56,11 +57,18 @@ def serve_command(env_file: EnvFile = None) -> None:
 
 
 @receiver_app.command("check")
-def check(env_file: EnvFile = None) -> None:
-    """Validate the receiver's configuration and triggers without serving: prints OK or every problem; 0 or 2."""
+def check(
+    env_file: EnvFile = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (problems too) instead of text.")] = False,
+) -> None:
+    """Validate the receiver's configuration and triggers without serving: prints OK or every problem; 0 or 2.
+
+    pi-dispatch receiver check --env-file /etc/pi-dispatch/receiver.env
+    """
     from pi_dispatch.receiver.endpoints import load_receiver_config
 
-    config = load_receiver_config(env_file)
+    with problems_as_json(as_json):
+        config = load_receiver_config(env_file)
     served = [
         name
         for name, armed in (
@@ -73,6 +81,10 @@ def check(env_file: EnvFile = None) -> None:
     ]
     where = str(env_file) if env_file else "the environment"
     rules = sum(1 for forge in config.rules.forges.values() for _ in _rules_of(forge))
+    if as_json:
+        said = {"ok": True, "source": where, "forges": served, "rules": rules}
+        sys.stdout.write(json.dumps(said | {"triggersFile": config.triggers_path.name}, indent=2) + "\n")
+        return
     console.print(
         escape(
             f"OK: {where} serves {', '.join(served) or 'no forge'}; "

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from rich.console import Console, Group, RenderableType
@@ -26,6 +27,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from pi_dispatch.console.rowview import typed_row
 from pi_dispatch.console.terminal import keep_whole, plain, visible
 from pi_dispatch.core.capabilities import is_draining, is_live, is_stuck
 from pi_dispatch.core.jscompat import finite, iso_string, js_number
@@ -246,6 +248,26 @@ def render(frame: Frame, rehome_after_ms: int, *, live: bool = True, rows: int =
     return Group(*parts)
 
 
+def frame_json(frame: Frame, rehome_after_ms: int) -> dict[str, object]:
+    """One frame as `top --json` prints it: the rows typed as `hosts --json` types them, every queue, the runs."""
+    queues = [
+        asdict(queue) | {"counts": queue.counts.by_state(), "rehomeAt": queue.due_ms(rehome_after_ms)}
+        for queue in frame.queues
+    ]
+    state = frame.store_state
+    return {
+        "at": iso_string(frame.at_ms),
+        "store": frame.store,
+        "unreachable": frame.unreachable,
+        "storeState": None if state is None else asdict(state) | {"inSync": state.in_sync, "maxLagS": state.max_lag_s},
+        "hosts": [typed_row(row | {"couldRun": frame.could_run.get(str(row.get("name")))}) for row in frame.hosts],
+        "invalid": [asdict(row) for row in frame.invalid],
+        "queues": queues,
+        "runs": frame.runs,
+        "mirror": frame.mirror,
+    }
+
+
 @contextlib.contextmanager
 def _keys_that_quit(stop: asyncio.Event) -> Iterator[None]:
     """`q` sets stop (the terminal in cbreak mode, restored on the way out); Ctrl-C and SIGTERM do too."""
@@ -279,15 +301,26 @@ def _keys_that_quit(stop: asyncio.Event) -> Iterator[None]:
 
 
 async def watch(
-    console: Console, store: StoreAddress, rehome_after_ms: int, *, once: bool, rows: int | None = None
+    console: Console,
+    store: StoreAddress,
+    rehome_after_ms: int,
+    *,
+    once: bool,
+    rows: int | None = None,
+    as_json: bool = False,
 ) -> int:
-    """Print one frame (`once`: exit 1 when the store is unreachable), or refresh full-screen until q or Ctrl-C."""
+    """Print one frame (`once`, `as_json`: exit 1 when the store is unreachable), or refresh full-screen until q or
+    Ctrl-C."""
     from rich.live import Live
 
     rows = ROWS if rows is None else rows
     client = store.client()
     reader = FrameReader(client, store.shown(), address=store)
     try:
+        if as_json:
+            frame = await reader.read()
+            sys.stdout.write(json.dumps(frame_json(frame, rehome_after_ms), indent=2) + "\n")
+            return 0 if frame.unreachable is None else 1
         if once:
             frame = await reader.read()
             console.print(render(frame, rehome_after_ms, live=False, rows=rows), crop=False)
