@@ -6,9 +6,10 @@ Exit codes: 0 ok, 1 findings or runtime failure, 2 usage or config error.
 from __future__ import annotations
 
 import sys
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, Final, NoReturn
 
 import typer
+import typer.main
 from rich.markup import escape
 
 from pi_dispatch import REFERENCE, __version__
@@ -25,7 +26,10 @@ from pi_dispatch.cli.steer import cancel, drain, resume, retry
 from pi_dispatch.cli.worker import worker
 from pi_dispatch.core.errors import ConfigError, ExitStatus, PiDispatchError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="A fleet of pi workers sharing one Valkey.")
+app = typer.Typer(
+    no_args_is_help=True,
+    help="A fleet of pi workers sharing one Valkey. Shell completion: pi-dispatch --install-completion.",
+)
 
 
 def _print_version(asked: bool) -> None:
@@ -79,8 +83,67 @@ def report(error: PiDispatchError) -> NoReturn:
     sys.exit(error.exit_code)
 
 
+# One example per command, shown at the foot of its --help (a test holds every command to having one).
+EXAMPLES: Final = {
+    ("demo",): "pi-dispatch demo --keep",
+    ("worker",): "pi-dispatch worker --env-file /etc/pi-dispatch/worker.env",
+    ("receiver", "serve"): "pi-dispatch receiver serve --env-file /etc/pi-dispatch/receiver.env",
+    ("receiver", "check"): "pi-dispatch receiver check --env-file /etc/pi-dispatch/receiver.env --json",
+    ("rollout", "in-flight"): "pi-dispatch rollout in-flight -i inventory.example/ --host mini1",
+    ("rollout", "gate"): "pi-dispatch rollout gate -i inventory.example/ --host mini1 --timeout 120",
+    ("init",): "pi-dispatch init --triggers /etc/pi-dispatch-triggers/triggers.json",
+    ("audit",): "pi-dispatch audit -i inventory.example/ --live --simulate-down mini1",
+    ("top",): "pi-dispatch top --once --rows 0",
+    ("config", "check"): "pi-dispatch config check --env-file /etc/pi-dispatch/worker.env --live",
+    ("config", "triggers"): "pi-dispatch config triggers triggers.json --tz Europe/Amsterdam",
+    ("config", "show"): "pi-dispatch config show --env-file /etc/pi-dispatch/worker.env",
+    ("config", "render"): "pi-dispatch config render -i inventory.example/ --host mini1",
+    ("config", "schema"): "pi-dispatch config schema --write schemas/",
+    ("route",): "pi-dispatch route --job job.json --json",
+    ("enqueue",): "pi-dispatch enqueue --job job.json --if-absent",
+    ("hosts",): "pi-dispatch hosts --json | jq '.[] | {name, slotsFree}'",
+    ("runs",): "pi-dispatch runs --host mini1 --outcome failed",
+    ("job",): "pi-dispatch job gh-2f1c…",
+    ("logs",): "pi-dispatch logs gh-2f1c… --follow",
+    ("cancel",): "pi-dispatch cancel gh-2f1c…",
+    ("retry",): "pi-dispatch retry --failed --since 2h",
+    ("drain",): "pi-dispatch drain mini1 --deadline 600",
+    ("resume",): "pi-dispatch resume mini1",
+}
+
+
+def _plain_metavars(command: Any, path: tuple[str, ...] = ()) -> None:
+    """Each option's value named as a word (`--triggers FILE`), a flag's not at all, instead of the framework's
+    type annotations (`<list[Path]>`, `<bool>`)."""
+    help_option = command.get_help_option(command.context_class(command))  # built once and kept by the command
+    for param in [*getattr(command, "params", []), *([help_option] if help_option is not None else [])]:
+        if param.param_type_name == "argument":  # named by its metavar; its type column is the same noise
+            param.metavar, param.display_type_rich = param.name.upper(), lambda ctx: None
+            continue
+        if param.metavar is not None or getattr(param, "is_flag", False) or not param.opts:
+            param.metavar = "" if getattr(param, "is_flag", False) else param.metavar
+            continue
+        described = getattr(param, "type_descriptor", None)
+        choices = described.choices if described is not None and described.is_choice else None
+        if choices:
+            param.metavar = "|".join(str(choice) for choice in choices)
+        else:
+            param.metavar = max(param.opts, key=len).lstrip("-").upper()
+    if path in EXAMPLES:
+        command.epilog = f"Example: {EXAMPLES[path]}"
+    for name, sub in getattr(command, "commands", {}).items():
+        _plain_metavars(sub, (*path, name))
+
+
+def command() -> Any:
+    """The click command typer builds from `app`, its help without type noise."""
+    built = typer.main.get_command(app)
+    _plain_metavars(built)
+    return built
+
+
 def main() -> None:
     try:
-        app()
+        command()(prog_name="pi-dispatch")
     except PiDispatchError as error:
         report(error)

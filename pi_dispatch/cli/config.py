@@ -16,7 +16,9 @@ from rich.table import Table
 from pi_dispatch.cli.common import EnvFileOption, JsonOption, console, errors, problems_as_json, write_file
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 
-config_app = typer.Typer(no_args_is_help=True, help="Validate, show and render worker configuration.")
+config_app = typer.Typer(
+    no_args_is_help=True, help="Validate, show and render a worker's configuration; check triggers files; the schemas."
+)
 
 
 @config_app.command("check")
@@ -32,10 +34,7 @@ def config_check(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Validate the worker's configuration: prints OK or every problem; exit 0 or 2 (1 when --live finds a fault).
-
-    pi-dispatch config check --env-file /etc/pi-dispatch/worker.env --live
-    """
+    """Validate the worker's configuration: prints OK or every problem; exit 0 or 2 (1 when --live finds a fault)."""
     from pi_dispatch.config.worker_settings import load_settings
     from pi_dispatch.triggers.schedules import load_cron
     from pi_dispatch.worker.preflight import live_checks
@@ -74,10 +73,7 @@ def config_triggers(
     as_json: JsonOption = False,
 ) -> None:
     """Check a triggers file as the worker reads it (and the receiver, which reads the same format): every problem
-    at once, exit 0 or 2; each cron entry's next three runs in the host's zone.
-
-    pi-dispatch config triggers /etc/pi-dispatch-triggers/triggers.json --tz Europe/Amsterdam
-    """
+    at once, exit 0 or 2; each cron entry's next three runs in the host's zone."""
     from pi_dispatch.infra.clock import host_zone
     from pi_dispatch.triggers.cronpatterns import next_runs
     from pi_dispatch.triggers.schedules import cron_entries, load_cron
@@ -137,9 +133,11 @@ def config_render(
 
 @config_app.command("schema")
 def config_schema(
-    name: Annotated[str | None, typer.Argument(help="worker-env or host-vars; both when left out.")] = None,
+    name: Annotated[
+        str | None, typer.Argument(help="worker-env, host-vars or receiver-env; all three when left out.")
+    ] = None,
     write: Annotated[
-        Path | None, typer.Option("--write", help="Write <name>.schema.json into this folder instead of printing.")
+        Path | None, typer.Option("--write", help="Write NAME.schema.json into this folder instead of printing.")
     ] = None,
 ) -> None:
     """The JSON Schemas generated from the settings declaration (the published contract under schemas/)."""

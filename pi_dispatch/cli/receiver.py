@@ -61,10 +61,7 @@ def check(
     env_file: EnvFile = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (problems too) instead of text.")] = False,
 ) -> None:
-    """Validate the receiver's configuration and triggers without serving: prints OK or every problem; 0 or 2.
-
-    pi-dispatch receiver check --env-file /etc/pi-dispatch/receiver.env
-    """
+    """Validate the receiver's configuration and triggers without serving: prints OK or every problem; 0 or 2."""
     from pi_dispatch.receiver.endpoints import load_receiver_config
 
     with problems_as_json(as_json):

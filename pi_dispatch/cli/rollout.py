@@ -21,7 +21,11 @@ from pi_dispatch.cli.common import ValkeyUrlOption, console, errors
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.infra.store import StoreAddress
 
-rollout_app = typer.Typer(no_args_is_help=True, help="Roll the fleet out a batch at a time, each host gated.")
+rollout_app = typer.Typer(
+    no_args_is_help=True,
+    help="The per-host steps of the playbook's rolling upgrade: the jobs a host holds before its stop, and its health "
+    "gate after. The rollout itself: ansible-playbook -i INVENTORY ansible/site.yml (docs/multi-host.md).",
+)
 POLL_S = 1.0
 
 

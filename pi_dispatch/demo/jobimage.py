@@ -35,3 +35,24 @@ def build_example_image(client: Any, tag: str = EXAMPLE_IMAGE, busybox: Path = B
         shutil.copy2(busybox, context / "busybox")
         image, _ = client.images.build(path=str(context), tag=tag, rm=True)
     return str(image.id)
+
+
+def docker_problem() -> str | None:
+    """Why job containers cannot run here, or None; builds the example image when they can."""
+    import docker
+
+    client = None
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as error:
+        if client is not None:
+            client.close()
+        return f"no Docker daemon answers ({type(error).__name__})"
+    try:
+        build_example_image(client)
+    except Exception as error:
+        return f"the example job image could not be built ({error})"
+    finally:
+        client.close()
+    return None

@@ -37,7 +37,8 @@ from pi_dispatch.core.errors import ConfigError, PiDispatchError, Problem
 from pi_dispatch.core.profiles import VARIABLE, ProfileKind, render_profiles
 from pi_dispatch.demo.cron import show_cron
 from pi_dispatch.demo.hooks import DemoReceiver, RecordingEnqueuer, delivery_for
-from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE, build_example_image
+from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE, docker_problem
+from pi_dispatch.demo.keep import keep_running, say_next
 from pi_dispatch.demo.store import EmbeddedValkey, free_port
 from pi_dispatch.fleet.enqueue import ForgeRouter, registry_reader
 from pi_dispatch.fleet.hosts import FleetHost, heartbeat_row
@@ -74,27 +75,6 @@ class DemoWorker:
     @property
     def logs_dir(self) -> Path:
         return Path(self.env["PI_LOGS_DIR"])
-
-
-def docker_problem() -> str | None:
-    """Why job containers cannot run here, or None; builds the example image when they can."""
-    import docker
-
-    client = None
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as error:
-        if client is not None:
-            client.close()
-        return f"no Docker daemon answers ({type(error).__name__})"
-    try:
-        build_example_image(client)
-    except Exception as error:
-        return f"the example job image could not be built ({error})"
-    finally:
-        client.close()
-    return None
 
 
 def _script_source(host: InventoryHost, destination: str) -> Path | None:
@@ -158,8 +138,8 @@ def _workers_stopped(workers: list[DemoWorker]) -> Iterator[None]:
 
 
 class Demo:
-    def __init__(self, console: Console, inventory: Path, triggers: Path) -> None:
-        self.console = console
+    def __init__(self, console: Console, inventory: Path, triggers: Path, keep: bool = False) -> None:
+        self.console, self.keep = console, keep
         self.inventory = inventory
         self.triggers_path = triggers
         self.hostname = os.uname().nodename
@@ -212,6 +192,10 @@ class Demo:
                         await self._wait_for_runs(valkey.url, placed)
                         await self._show_runs(client, workers, placed)
                     await self._show_audit(client, hosts)
+                    first = placed[0][0] if placed else None
+                    await keep_running(console, valkey.url, first) if self.keep else say_next(
+                        console, valkey.url, first
+                    )
             finally:
                 for registry in stand_ins:
                     await registry.close()
@@ -388,13 +372,15 @@ class Demo:
         print_report(self.console, report)
 
 
-def main(console: Console | None = None, inventory: Path | None = None, triggers: Path | None = None) -> int:
+def main(
+    console: Console | None = None, inventory: Path | None = None, triggers: Path | None = None, keep: bool = False
+) -> int:
     inventory = inventory or EXAMPLE / "hosts.yml"
     triggers = triggers or (inventory.parent if inventory.is_file() else inventory) / "triggers.json"
     for path, what in ((inventory, "inventory"), (triggers, "triggers file")):
         if not path.exists():
             raise ConfigError([Problem(str(path), f"the demo's {what} is missing", "demo", "pass -i / --triggers")])
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(Demo(console or Console(), inventory, triggers).run())
+        return asyncio.run(Demo(console or Console(), inventory, triggers, keep).run())
     (console or Console()).print("[yellow]Interrupted: the workers and the demo's Valkey were stopped.")
     return 130

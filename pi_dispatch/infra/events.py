@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-import json
+import logging
+import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import TextIO
+from datetime import UTC, datetime
+from typing import Any, Final, TextIO
+
+from pythonjsonlogger.json import JsonFormatter
 
 EventLog = Callable[[str, Mapping[str, object]], None]
 
@@ -14,12 +18,80 @@ def discard(event: str, fields: Mapping[str, object]) -> None:
     """An event log that keeps nothing."""
 
 
-def json_lines(host: str, stream: TextIO | None = None) -> EventLog:
-    """Write `{"event": ..., **fields, "host": host}` lines; `host` is last so a caller cannot override it."""
+# Events that say something went wrong (a warning: the process carries on) or that it cannot go on (an error).
+WARNING_WORDS: Final = (
+    "failed", "unreachable", "error", "refused", "lost", "invalid", "missing", "unavailable", "stuck", "degraded",
+    "unwritten", "blocked", "untrusted", "unreadable", "stalled", "passed", "fenced", "late",
+)  # fmt: skip
+ERROR_EVENTS: Final = frozenset({"worker_failing", "receiver_start_failed"})
+# journald reads a `<N>` prefix on a line as its syslog priority (systemd's SyslogLevelPrefix=, on by default)
+JOURNAL_PRIORITY: Final = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
+FIELDS: Final = "pi_dispatch_fields"  # the LogRecord attribute an event's fields travel in
+
+
+def level_of(event: str) -> int:
+    if event in ERROR_EVENTS:
+        return logging.ERROR
+    return logging.WARNING if any(word in event for word in WARNING_WORDS) else logging.INFO
+
+
+class EventFormatter(JsonFormatter):
+    """One JSON object per line: timestamp (UTC, ISO 8601), level, event, then the event's fields. A library's own
+    log lines and Python warnings come out the same way (`logging.captureWarnings`)."""
+
+    def __init__(self, *, journal: bool) -> None:
+        super().__init__(
+            "%(levelname)s %(message)s",
+            rename_fields={"levelname": "level", "message": "event"},
+            json_default=str,
+            json_ensure_ascii=False,
+        )
+        self.journal = journal
+
+    def add_fields(self, log_record: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:
+        super().add_fields(log_record, record, message_dict)
+        log_record.pop(FIELDS, None)
+        line = {"timestamp": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")}
+        line = {**line, **log_record}
+        for key, value in getattr(record, FIELDS, {}).items():
+            line.setdefault(key, value)  # an event's field never overwrites the line's own
+        log_record.clear()
+        log_record.update(line)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        return f"<{JOURNAL_PRIORITY.get(record.levelno, 6)}>{line}" if self.journal else line
+
+
+def _handler(stream: TextIO, *, below: int | None = None, at_least: int = logging.DEBUG) -> logging.Handler:
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(EventFormatter(journal=bool(os.environ.get("JOURNAL_STREAM"))))
+    handler.setLevel(at_least)
+    if below is not None:
+        handler.addFilter(lambda record: record.levelno < below)
+    return handler
+
+
+def json_lines(host: str | None, stream: TextIO | None = None, errors: TextIO | None = None) -> EventLog:
+    """Route the process's logging (ours, its libraries', Python's warnings) to one JSON object per line on
+    `stream` (stderr by default; with `errors`, warnings and worse go there instead) and return the event log
+    that writes `{timestamp, level, event, **fields, host}`: `host` last, so a caller cannot override it."""
+    root = logging.getLogger()
+    if errors is None:
+        root.handlers[:] = [_handler(stream or sys.stderr)]
+    else:
+        root.handlers[:] = [
+            _handler(stream or sys.stdout, below=logging.WARNING),
+            _handler(errors, at_least=logging.WARNING),
+        ]
+    root.setLevel(logging.WARNING)  # a library's warnings and errors; its chatter (access lines) stays out
+    logging.captureWarnings(True)
+    logger = logging.getLogger("pi_dispatch")
+    logger.setLevel(logging.INFO)
+    stamp = {} if host is None else {"host": host}
 
     def emit(event: str, fields: Mapping[str, object]) -> None:
-        line = {"event": event, **fields, "host": host}
-        print(json.dumps(line, default=str), file=stream or sys.stderr, flush=True)
+        logger.log(level_of(event), event, extra={FIELDS: {**fields, **stamp}})
 
     return emit
 

@@ -8,22 +8,12 @@ libraries that check it are never loaded into the receiver that serves.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pi_dispatch.infra.events import EventLog
     from pi_dispatch.receiver.endpoints import ReceiverConfig
-
-
-def json_lines(stream: Any) -> EventLog:
-    def emit(event: str, fields: Any) -> None:
-        stream.write(json.dumps({"event": event, **fields}, default=str, ensure_ascii=False) + "\n")
-        stream.flush()
-
-    return emit
 
 
 def checked_config(env_file: Path | None) -> ReceiverConfig:
@@ -49,9 +39,10 @@ def run(env_file: Path | None) -> int:
 
     for module in ("aiohttp", "jwt", "watchdog"):
         require("receiver", module)
+    from pi_dispatch.infra.events import json_lines
     from pi_dispatch.receiver.boot import Stop, serve
 
-    log, error_log = json_lines(sys.stdout), json_lines(sys.stderr)
+    log = error_log = json_lines(None, sys.stdout, sys.stderr)  # warnings and errors on stderr, by their level
     try:
         config = checked_config(env_file)
     except Exception as error:

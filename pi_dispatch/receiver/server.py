@@ -44,6 +44,10 @@ def _encoded(pairs: tuple[tuple[str, str], ...]) -> bytes:
     return json.dumps(dict(pairs), separators=(",", ":"), ensure_ascii=False).encode()
 
 
+# Refusals worth a log line: a caller without the secret (401), one not allowed (403), a body too large (413).
+REFUSALS_LOGGED: Final = frozenset({401, 403, 413})
+
+
 def answer(status: int, body: Mapping[str, Any] | None = None, close: bool = False) -> web.Response:
     if status == 204 or body is None:
         response = web.Response(status=status)
@@ -130,6 +134,9 @@ class Receiver:
         try:
             return await self._serve(request, forge, credential)
         except Answered as answered:
+            if answered.status in REFUSALS_LOGGED:  # the reason the forge is told, never the body or a secret
+                reason = (answered.body or {}).get("error", "")
+                self.log("delivery_refused", {"forge": forge.name, "status": answered.status, "reason": reason})
             return answer(answered.status, answered.body, answered.close)
 
     async def _serve(self, request: web.BaseRequest, forge: Forge, credential: object) -> web.StreamResponse:

@@ -114,3 +114,25 @@ def test_version_names_this_release_and_the_reference(flag: str) -> None:
     result = run([flag])
     assert result.returncode == 0
     assert result.stdout.strip() == f"pi-dispatch {__version__} (wire-compatible with {REFERENCE})"
+
+
+def test_every_command_has_an_example_whose_options_it_takes() -> None:
+    from pi_dispatch.cli.app import EXAMPLES, command
+
+    root = command()
+    assert set(EXAMPLES) == leaf_commands(root)
+    for path, example in EXAMPLES.items():
+        found = root
+        for name in path:
+            found = found.commands[name]
+        taken = {opt for param in found.params for opt in param.opts}
+        used = {word.split("=")[0] for word in example.split() if word.startswith("-")}
+        assert used <= taken, (path, used - taken)
+        assert found.epilog == f"Example: {example}"
+
+
+def test_help_names_values_as_words_never_as_the_framework_types() -> None:
+    for arguments in (["audit", "--help"], ["job", "--help"], ["config", "schema", "--help"], ["--help"]):
+        said = run(arguments)
+        assert said.returncode == 0 and "<" not in said.stdout and "list[" not in said.stdout, arguments
+    assert "--install-completion" in run(["--help"]).stdout

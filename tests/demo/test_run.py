@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,7 @@ def test_the_demo_runs_the_example_fleet_and_leaves_nothing_behind(job_image: st
     assert "secret-profile-unknown" in row("gh-demo-5")  # staging: declared nowhere, refused
     assert "live registry: ok -> 4 error" in text
     assert "nothing is left running" in text
+    assert "Next: pi-dispatch demo --keep leaves this fleet running" in text and "`pi-dispatch top`" in text
     assert worker_processes() == before
 
 
@@ -69,3 +71,47 @@ def test_without_docker_the_demo_says_so_and_still_routes(monkeypatch: pytest.Mo
     assert "Docker: no Docker daemon answers" in text and "starts no worker" in text
     assert "pi-jobs@mini1" in text and "Runs:" not in text
     assert "live registry: ok" in text
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.slow
+def test_demo_keep_leaves_the_fleet_running_for_the_tools_until_sigterm(job_image: str, valkey_url: str) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    before = worker_processes()
+    demo_process = subprocess.Popen(
+        [sys.executable, "-m", "pi_dispatch", "demo", "--keep"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert demo_process.stdout is not None
+    said: list[str] = []
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not any("Stop it with Ctrl-C" in line for line in said):
+            line = demo_process.stdout.readline()
+            if not line:
+                break
+            said.append(line)
+        hosts_line = next(line for line in said if line.strip().startswith("pi-dispatch hosts --valkey-url "))
+        url = hosts_line.split("--valkey-url ")[1].strip()
+        listed = subprocess.run(
+            [sys.executable, "-m", "pi_dispatch", "hosts", "--json", "--valkey-url", url],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert listed.returncode == 0, listed.stderr
+        assert sorted(row["name"] for row in json.loads(listed.stdout)) == ["mini1", "mini2", "mini3"]
+        assert len(worker_processes()) == len(before) + 3
+    finally:
+        demo_process.send_signal(signal.SIGTERM)
+        rest, _ = demo_process.communicate(timeout=60)
+    assert demo_process.returncode == 0, "".join(said) + rest
+    assert "nothing is left running" in rest
+    assert worker_processes() == before

@@ -57,7 +57,9 @@ class ReceiverProcess:
 
     def events(self, stream: str = "stdout") -> list[dict[str, Any]]:
         text = (self.stdout if stream == "stdout" else self.stderr).read_text()
-        return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        assert all({"timestamp", "level"} <= set(line) for line in lines)  # every line has them: compared without
+        return [{key: value for key, value in line.items() if key not in ("timestamp", "level")} for line in lines]
 
     async def wait_for(self, event: str, timeout_s: float = 30, stream: str = "stdout") -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
@@ -139,6 +141,13 @@ async def test_boot_serve_reload_and_stop(tmp_path: Path, valkey_url: str, clien
                 assert (live.status, ready.status) == (200, 200)
             async with session.get(f"http://127.0.0.1:{port}/livez") as webhook:
                 assert webhook.status == 405  # the webhook port stays the reference's: every other path is GitHub's
+            forged = json.dumps(labeled("pi:fix", 7)).encode()
+            headers = github_headers(forged, "issues", "b-forged", "not-the-secret")
+            async with session.post(f"http://127.0.0.1:{port}/", data=forged, headers=headers) as refused:
+                assert refused.status == 401
+        said = await receiver.wait_for("delivery_refused", stream="stderr")
+        assert said == {"event": "delivery_refused", "forge": "github", "status": 401, "reason": said["reason"]}
+        assert said["reason"] and "boot-secret" not in receiver.stderr.read_text() + receiver.stdout.read_text()
 
         write_triggers(path, LABEL, OTHER)
         await receiver.wait_for("triggers_reloaded")
@@ -146,7 +155,7 @@ async def test_boot_serve_reload_and_stop(tmp_path: Path, valkey_url: str, clien
         assert len([line for line in receiver.events() if line["event"] == "triggers_reloaded"]) == 1
         assert await deliver(port, labeled("pi:other", 43), "b-2") == 202
         path.write_text("{ broken")
-        invalid = await receiver.wait_for("triggers_reload_invalid")
+        invalid = await receiver.wait_for("triggers_reload_invalid", stream="stderr")  # a warning
         assert invalid["kept"] is True
         assert await deliver(port, labeled("pi:other", 44), "b-3") == 202  # the rules being served stay
         assert await deliver(port, labeled("pi:nothing", 45), "b-4") == 204  # no trigger matches: dropped
@@ -164,6 +173,7 @@ async def test_boot_serve_reload_and_stop(tmp_path: Path, valkey_url: str, clien
         assert answered == {
             (("forge", "github"), ("status", "202")): 3,
             (("forge", "github"), ("status", "204")): 1,
+            (("forge", "github"), ("status", "401")): 1,
             (("forge", "github"), ("status", "405")): 1,
         }
         dropped = [labels for (name, labels), _ in metrics.items() if name == "pi_dispatch_deliveries_dropped_total"]
