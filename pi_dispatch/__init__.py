@@ -2,4 +2,6 @@
 
 __version__ = "0.1.0"
 # The Node reference this release shares a store with: same keys, rows, queues, job data and routing decision.
-REFERENCE = "@edgehero/pi-dispatch 1.8.0"
+REFERENCE_PACKAGE = "@edgehero/pi-dispatch"
+REFERENCE_VERSION = "1.8.0"
+REFERENCE = f"{REFERENCE_PACKAGE} {REFERENCE_VERSION}"

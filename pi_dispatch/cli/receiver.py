@@ -66,16 +66,7 @@ def check(
 
     with problems_as_json(as_json):
         config = load_receiver_config(env_file)
-    served = [
-        name
-        for name, armed in (
-            ("github", config.github),
-            ("gitlab", config.gitlab),
-            ("forgejo", config.forgejo),
-            ("azure", config.azure),
-        )
-        if armed is not None
-    ]
+    served = config.served
     where = str(env_file) if env_file else "the environment"
     rules = sum(1 for forge in config.rules.forges.values() for _ in _rules_of(forge))
     if as_json:

@@ -213,7 +213,7 @@ async def serve(
     except (ConfigError, ForgeCallError, TimeoutError, OSError) as error:
         await _close(client, found)
         return _failed(error_log, error)
-    metrics = ReceiverMetrics() if settings.health_addr else None
+    metrics = ReceiverMetrics(config.served) if settings.health_addr else None
     receiver = _receiver(config, found, metrics.observe(log) if metrics else log, error_log, metrics)
     runner = web.ServerRunner(application(receiver), access_log=None)
     health: web.AppRunner | None = None

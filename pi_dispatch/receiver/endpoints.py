@@ -87,6 +87,12 @@ class ReceiverConfig:
     def serves_github(self) -> bool:
         return self.github is not None
 
+    @property
+    def served(self) -> list[str]:
+        """The forges this receiver answers, in the reference's order."""
+        armed = (("github", self.github), ("gitlab", self.gitlab), ("forgejo", self.forgejo), ("azure", self.azure))
+        return [name for name, arm in armed if arm is not None]
+
 
 def _private_key(settings: ReceiverSettings, problems: list[Problem], source: str) -> str:
     inline, path = _text(settings.github_app_private_key), settings.github_app_private_key_path

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from pi_dispatch.infra.events import EventLog
+from pi_dispatch.infra.metrics import new_registry
+from pi_dispatch.receiver.routes import DROP_REASONS
+
+# The statuses a delivery is answered with (receiver-contract.md), each a series from boot so a rate has a start.
+ANSWERED: Final = (202, 204, 400, 401, 403, 404, 405, 413, 415, 500, 503)
 
 
 @dataclass
 class ReceiverMetrics:
     """The receiver's metrics, served beside /livez and /readyz on PI_RECEIVER_HEALTH_ADDR."""
 
+    forges: Sequence[str] = ()  # the forges served: their series exist from boot, at zero
     registry: Any = None
 
     def __post_init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter
+        from prometheus_client import Counter
 
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = new_registry("receiver")
         self.deliveries = Counter(
             "pi_dispatch_deliveries",
             "Webhook deliveries by forge and the HTTP status they were answered with.",
@@ -31,6 +37,12 @@ class ReceiverMetrics:
             ["reason"],
             registry=self.registry,
         )
+
+        for forge in self.forges:
+            for status in ANSWERED:
+                self.deliveries.labels(forge, str(status))
+        for reason in DROP_REASONS:
+            self.dropped.labels(reason)
 
     def observe(self, log: EventLog) -> EventLog:
         def counted(event: str, fields: Mapping[str, object]) -> None:

@@ -193,7 +193,7 @@ class Attempts:
         if isinstance(image, Refusal):
             return self._refused(job, image)
         if data.get("waitFor") is not None:
-            with self.metrics.timed_gate("wait check"):
+            with self.metrics.timed_gate("wait_check"):
                 refused = await self.wait_gate.admit(job, token, data)
             if refused:
                 return self._refused(job, refused)

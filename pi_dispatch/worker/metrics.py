@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pi_dispatch.infra.events import EventLog
+from pi_dispatch.infra.metrics import new_registry
 
 # How the worker's log names an attempt's end, and the outcome label each one counts under.
 OUTCOME_EVENTS: Final = {
@@ -21,7 +22,7 @@ OUTCOME_EVENTS: Final = {
     "job_unreadable": "refused",  # failed unread: its stored data cannot be parsed
     "job_failed": "failed",
     "job_held": "held",
-    "job_put_back": "put back",
+    "job_put_back": "put_back",
 }
 DONE_OUTCOMES: Final = {"completed": "completed", "policy": "refused", "failed": "failed"}
 QUEUE_STATES: Final = ("waiting", "delayed", "active", "prioritized", "failed")
@@ -40,9 +41,9 @@ class WorkerMetrics:
     def __post_init__(self) -> None:
         if not self.enabled:
             return
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client import Counter, Gauge, Histogram
 
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = new_registry("worker")
         registry = self.registry
         self.jobs = Counter(
             "pi_dispatch_jobs", "Attempts by how they ended.", ["queue", "outcome", "reason"], registry=registry

@@ -103,6 +103,16 @@ def github_env(folder: Path, valkey_url: str, api: str, **extra: str) -> dict[st
     } | extra
 
 
+async def scrape(health: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    async with aiohttp.ClientSession() as session, session.get(f"http://{health}/metrics") as scraped:
+        assert scraped.status == 200
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(await scraped.text())
+            for sample in family.samples
+        }
+
+
 async def deliver(port: str, payload: object, delivery: str) -> int:
     body = json.dumps(payload).encode()
     async with (
@@ -133,10 +143,16 @@ async def test_boot_serve_reload_and_stop(tmp_path: Path, valkey_url: str, clien
         assert github_api.asked("/user")[0].headers["authorization"] == "Bearer ghp-boot"
         await receiver.wait_for("triggers_watching")
         port = env["RECEIVER_PORT"]
+        health = env["PI_RECEIVER_HEALTH_ADDR"]
+        at_boot = await scrape(health)  # before any delivery: every series there, at zero
+        assert at_boot[("pi_dispatch_deliveries_total", (("forge", "github"), ("status", "503")))] == 0
+        assert at_boot[("pi_dispatch_deliveries_dropped_total", (("reason", "self"),))] == 0
+        assert not [name for name, _ in at_boot if name.endswith("_created")]
+        build = dict(next(labels for name, labels in at_boot if name == "pi_dispatch_build_info"))
+        assert build["component"] == "receiver" and build["reference_version"] == "1.8.0"
         assert await deliver(port, labeled("pi:fix"), "b-1") == 202
         assert "gh-b-1" in await queued_jobs(valkey_url)
         async with aiohttp.ClientSession() as session:
-            health = env["PI_RECEIVER_HEALTH_ADDR"]
             async with session.get(f"http://{health}/livez") as live, session.get(f"http://{health}/readyz") as ready:
                 assert (live.status, ready.status) == (200, 200)
             async with session.get(f"http://127.0.0.1:{port}/livez") as webhook:
@@ -159,16 +175,11 @@ async def test_boot_serve_reload_and_stop(tmp_path: Path, valkey_url: str, clien
         assert invalid["kept"] is True
         assert await deliver(port, labeled("pi:other", 44), "b-3") == 202  # the rules being served stay
         assert await deliver(port, labeled("pi:nothing", 45), "b-4") == 204  # no trigger matches: dropped
-        async with aiohttp.ClientSession() as session, session.get(f"http://{health}/metrics") as scraped:
-            assert scraped.status == 200
-            metrics = {
-                (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-                for family in text_string_to_metric_families(await scraped.text())
-                for sample in family.samples
-                if sample.name.startswith("pi_dispatch_deliveries")
-            }
+        metrics = await scrape(health)
         answered = {
-            labels: value for (name, labels), value in metrics.items() if name == "pi_dispatch_deliveries_total"
+            labels: value
+            for (name, labels), value in metrics.items()
+            if name == "pi_dispatch_deliveries_total" and value > 0
         }
         assert answered == {
             (("forge", "github"), ("status", "202")): 3,
@@ -176,7 +187,11 @@ async def test_boot_serve_reload_and_stop(tmp_path: Path, valkey_url: str, clien
             (("forge", "github"), ("status", "401")): 1,
             (("forge", "github"), ("status", "405")): 1,
         }
-        dropped = [labels for (name, labels), _ in metrics.items() if name == "pi_dispatch_deliveries_dropped_total"]
+        dropped = [
+            labels
+            for (name, labels), value in metrics.items()
+            if name == "pi_dispatch_deliveries_dropped_total" and value
+        ]
         assert len(dropped) == 1 and metrics[("pi_dispatch_deliveries_dropped_total", dropped[0])] == 1
         receiver.process.send_signal(signal.SIGTERM)
         assert await receiver.exit_code() == 0

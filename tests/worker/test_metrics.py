@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from bullmq import Queue
 from prometheus_client.parser import text_string_to_metric_families
 
+from pi_dispatch import __version__
 from pi_dispatch.demo.store import free_port
 from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
 from pi_dispatch.worker.metrics import QUEUE_STATES, WorkerMetrics
@@ -69,7 +70,7 @@ def test_each_attempts_end_is_counted_once_under_its_outcome() -> None:
     assert value("pi_dispatch_jobs_total", {**refused, "reason": "job-data-unreadable"}) == 1
     assert value("pi_dispatch_jobs_total", {"queue": "pi-jobs@a", "outcome": "failed", "reason": "container-failed"})
     assert value("pi_dispatch_jobs_total", {"queue": "pi-jobs", "outcome": "held", "reason": ""}) == 1
-    assert value("pi_dispatch_jobs_total", {"queue": "pi-jobs", "outcome": "put back", "reason": ""}) == 1
+    assert value("pi_dispatch_jobs_total", {"queue": "pi-jobs", "outcome": "put_back", "reason": ""}) == 1
     assert value("pi_dispatch_mirror_failures_total") == 1
 
 
@@ -137,7 +138,12 @@ async def test_a_worker_serves_its_counts_gauges_and_timings_over_http(
     assert durations == {(("outcome", "completed"),): 2, (("outcome", "failed"),): 1}
     assert by_name(samples, "pi_dispatch_job_duration_seconds_sum")[(("outcome", "completed"),)] > 0
     gates = by_name(samples, "pi_dispatch_gate_duration_seconds_count")
-    assert gates[(("gate", "wait check"),)] >= 1 and gates[(("gate", "resolver"),)] >= 3
+    assert gates[(("gate", "wait_check"),)] >= 1 and gates[(("gate", "resolver"),)] >= 3
+    assert not [name for name, _ in samples if name.endswith("_created")]  # one series per count, not two
+    labelled = [value for _, labels in samples for _, value in labels]
+    assert labelled and not [value for value in labelled if " " in value]  # label values a query can name bare
+    build = dict(next(labels for name, labels in samples if name == "pi_dispatch_build_info"))
+    assert build == {"component": "worker", "version": __version__, "reference_version": "1.8.0"}
     assert samples[("pi_dispatch_running_jobs", ())] == 0 and samples[("pi_dispatch_slots", ())] == 2
     assert started <= samples[("pi_dispatch_last_beat_timestamp_seconds", ())] <= time.time()
     assert started <= samples[("pi_dispatch_last_poll_timestamp_seconds", ())] <= time.time()
