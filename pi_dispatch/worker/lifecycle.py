@@ -49,6 +49,7 @@ from pi_dispatch.worker.jobdirs import clear_job_dirs
 from pi_dispatch.worker.metrics import WorkerMetrics
 from pi_dispatch.worker.oneshot import OneShots
 from pi_dispatch.worker.output import Outputs
+from pi_dispatch.worker.status import StatusLine
 from pi_dispatch.worker.waitgate import WaitGate
 
 if TYPE_CHECKING:
@@ -78,7 +79,8 @@ class Worker:
 
     def __post_init__(self) -> None:
         self.metrics = WorkerMetrics(enabled=bool(self.settings.metrics_addr))
-        self.log = self.metrics.observe(self.log)
+        self.status = StatusLine()
+        self.log = self.status.observe(self.metrics.observe(self.log))
         self.stuck = False
         self.name = self.settings.worker_name
         self.queues = [SHARED_QUEUE] + ([host_queue_name(self.name)] if self.settings.worker_name_declared else [])
@@ -290,6 +292,8 @@ class Worker:
                 last_poll_ms = max((bull.polled_at_ms for bull in self.bullmq_workers), default=0)
                 await self.metrics.measure(self.client, self.queues, self.registry.last_beat_ms, last_poll_ms)
             await self.control.beat()
+            down_s = self.registry.unreachable_for()
+            self.status.publish(len(self.running), self.settings.concurrency, down_s, self.control.draining)
             await self.cron.retry()
             if self.pickup.stealer is not None:
                 with contextlib.suppress(Exception):  # an outage offers nothing; the next beat says it again
