@@ -157,7 +157,14 @@ def accepted_codes(codes: list[str]) -> list[str]:
     unknown = sorted(set(codes) - set(CODES))
     if unknown:
         raise ConfigError(
-            [Problem("--accept", f"{', '.join(unknown)} is not a finding code", "command line", "see the guide's §11")]
+            [
+                Problem(
+                    "--accept",
+                    f"{', '.join(unknown)} is not a finding code",
+                    "command line",
+                    "the codes of docs/reference.md",
+                )
+            ]
         )
     return codes
 

@@ -23,6 +23,7 @@ from tests.support.workers import running_worker, settings_of
 
 REPO = Path(__file__).resolve().parent.parent.parent
 GUIDE = REPO / "docs" / "multi-host.md"
+REFERENCE = REPO / "docs" / "reference.md"
 EXAMPLE = REPO / "inventory.example" / "hosts.yml"
 # What some commands must say, beyond exiting as the guide says they do.
 SAYS = {
@@ -97,14 +98,14 @@ async def test_every_command_in_the_guide_runs(
                     assert all(needle in done.stdout for needle in needles), f"{command}\n{done.stdout}"
 
 
-def test_the_guide_lists_every_finding_code_and_setting() -> None:
-    text = GUIDE.read_text()
+def test_the_reference_lists_every_finding_code_and_setting() -> None:
+    text = REFERENCE.read_text()
     assert [code for code in CODES if f"| `{code}` |" not in text] == []
     assert [variable for variable in variables() if f"| `{variable}` |" not in text] == []
 
 
-def test_the_guide_names_each_settings_host_variable_and_every_reason() -> None:
-    text = GUIDE.read_text()
+def test_the_reference_names_each_settings_host_variable_and_every_reason() -> None:
+    text = REFERENCE.read_text()
     rendered_from = {"PI_TRIGGERS_FILE": "pi_dispatch_worker_triggers_source"}  # the role renders it from a file
     for variable, (name, info) in fields_by_variable().items():
         assert f"| `{variable}` | `{host_variable(name, info) or rendered_from[variable]}` |" in text, variable
@@ -120,9 +121,26 @@ def test_the_guide_lists_every_receiver_variable_and_drop_reason() -> None:
     from pi_dispatch.config.receiver_settings import ReceiverSettings
     from pi_dispatch.receiver.routes import DROP_REASONS
 
-    text = GUIDE.read_text()
+    text = REFERENCE.read_text()
     for name, info in ReceiverSettings.model_fields.items():
         assert f"| `{info.validation_alias}` |" in text, info.validation_alias
         assert name == "triggers_file" or f"| `pi_dispatch_receiver_{name}` |" in text, name
-    assert [reason for reason in DROP_REASONS if f"| `{reason}` |" not in text] == []
-    assert "poll" in text and "Not ported" in text
+    guide = GUIDE.read_text()
+    assert [reason for reason in DROP_REASONS if f"| `{reason}` |" not in guide] == []
+    assert "poll" in guide and "Not ported" in guide
+
+
+def test_wire_compat_names_every_reason_the_reference_marks_as_this_ports_own() -> None:
+    own = re.findall(r"^\| `([a-z-]+)` \|[^|]*\| this port's", REFERENCE.read_text(), flags=re.M)
+    said = (REPO / "docs" / "wire-compat.md").read_text()
+    assert own and [reason for reason in own if f"`{reason}`" not in said] == []
+    assert (
+        f"{['No', 'One', 'Two', 'Three', 'Four', 'Five', 'Six', 'Seven', 'Eight', 'Nine', 'Ten'][len(own)]} run reasons"
+        in said
+    )
+
+
+def test_the_guide_has_a_contents_list_of_its_sections() -> None:
+    text = GUIDE.read_text()
+    sections = re.findall(r"^## (\d+\. .+)$", text, flags=re.M)
+    assert sections and all(f"- [{title}](#" in text for title in sections)
