@@ -345,7 +345,7 @@ async def test_hostile_requests_are_answered_never_crash(valkey_url: str, fresh:
             "charset": 204,
             "no signature": 401,
             "no delivery": 400,
-            "empty signed": 500,
+            "empty signed": 400,  # the reference's 500 would let anyone raise 5xx alerts
         }
         deep = b"[" * 100_000 + b"]" * 100_000
         assert (await receiver.github("issues", deep, "h-3"))[0] == 400
@@ -374,6 +374,6 @@ async def test_hostile_requests_are_answered_never_crash(valkey_url: str, fresh:
         writer.close()  # the client goes away mid-body
         await asyncio.sleep(0.2)
         assert (await receiver.github("issues", labeled(), "h-10"))[0] == 202  # and the receiver still serves
-        # the one internal error is the reference's own: an empty signed body throws in its HMAC library
-        assert receiver.errors.events == [("verify_handler_error", {"delivery": "h-2"})]
+        # an empty signed body is the sender's fault (400): no internal error is logged, none of these is one
+        assert receiver.errors.events == []
     assert list(await queued_jobs(valkey_url)) == ["gh-h-10"]
