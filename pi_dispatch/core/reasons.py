@@ -47,6 +47,8 @@ class Reason(StrEnum):
     JOB_TOO_LARGE = "job-too-large"
     JOB_TOO_DEEP = "job-too-deep"
     JOB_UNREADABLE = "job-unreadable"
+    # this port's own: the job's stored data is gone (evicted by a store that evicts, or deleted): never run empty
+    JOB_DATA_MISSING = "job-data-missing"
     JOB_TIMEOUT = "job-timeout"
     CONTAINER_FAILED = "container-failed"
     CONTAINER_POLICY = "container-policy"

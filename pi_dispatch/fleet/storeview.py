@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from pi_dispatch.core.errors import ConfigError, Problem
 from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe, reply_text
 
 if TYPE_CHECKING:
@@ -154,3 +155,18 @@ async def _failover(store: StoreAddress) -> Failover | None:
             _whole(facts.get("config-epoch")), None if held_ms is None else held_ms / 1000, f"{host}:{port}"
         )
     return None
+
+
+async def refuse_an_evicting_store(client: aioredis.Redis) -> None:
+    """ConfigError, naming the policy and the fix, when the store may evict keys (any `maxmemory-policy` but
+    noeviction): under memory pressure it would drop queued jobs the receiver answered 202 for, and leave job ids
+    whose data is gone. A store that does not answer is not judged here (the caller's reach decides)."""
+    try:
+        memory = await bounded(client.info("memory"), OP_TIMEOUT_S)
+    except Exception:  # unreachable or refusing INFO: not this check's to say
+        return
+    policy = str(memory.get("maxmemory_policy", "")) if isinstance(memory, dict) else ""
+    if policy and policy != SAFE_POLICY:
+        fix = f"set maxmemory-policy {SAFE_POLICY} on the store (CONFIG SET and its config file; the role does)"
+        said = f"is {policy}: the store may evict queued jobs"
+        raise ConfigError([Problem("maxmemory-policy", said, "the store", fix)])

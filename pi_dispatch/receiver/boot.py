@@ -21,6 +21,7 @@ from aiohttp import web
 
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
+from pi_dispatch.fleet.storeview import refuse_an_evicting_store
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.store import StoreAddress, store_of
 from pi_dispatch.infra.valkey import bounded, describe
@@ -207,6 +208,7 @@ async def serve(
         await _github(config, client, retried, log, found)
         await judge_store(store)
         found.store = store.client()
+        await refuse_an_evicting_store(found.store)
         router = ForgeRouter(registry_reader(found.store), log=log)
         found.enqueuer = Enqueuer(store, router)
         await _other_forges(config, client, retried, log, found)

@@ -68,6 +68,11 @@ class GuardedConsumer(Worker):  # type: ignore[misc]  # bullmq is untyped
         delay_until: int = 0,
         token: str | None = None,
     ) -> Any:
+        if job_data is not None and "data" not in job_data and job_id and token is not None:
+            # its hash is gone (an evicting store, a hand's DEL) and BullMQ re-created it with its own fields only:
+            # run as it is, it would be a job with no target, recorded completed
+            await self._fail_unread(job_data, job_id, token, Reason.JOB_DATA_MISSING)
+            return None
         try:
             job = await super().nextJobFromJobData(job_data, job_id, limit_until, delay_until, token)
         except (RecursionError, ValueError, TypeError) as error:
@@ -86,7 +91,8 @@ class GuardedConsumer(Worker):  # type: ignore[misc]  # bullmq is untyped
         attempts = job_data.get("atm")
         job.attemptsMade = int(attempts) if isinstance(attempts, str) and attempts.isdigit() else 0
         job.opts["stackTraceLimit"] = 0
-        await job.moveToFailed(UnrecoverableError(f"{reason}: the job's stored data cannot be read"), token)
+        why = "is gone" if reason == Reason.JOB_DATA_MISSING else "cannot be read"
+        await job.moveToFailed(UnrecoverableError(f"{reason}: the job's stored data {why}"), token)
         self.on_unreadable(job, reason)
 
     async def wait_for_markers(self, markers: list[str], timeout_s: float) -> Any:

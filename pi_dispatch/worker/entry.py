@@ -9,6 +9,7 @@ child process (`config/handover.py`), so the libraries that check them are never
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
@@ -32,6 +33,19 @@ def checked_settings(env_file: Path | None) -> WorkerSettings:
     return cast("WorkerSettings", checked_in_child(load))
 
 
+async def refuse_an_evicting(settings: WorkerSettings) -> None:
+    """Refuse to start (exit 2, naming the fix) against a store that may evict keys: its jobs would vanish."""
+    from pi_dispatch.fleet.storeview import refuse_an_evicting_store
+    from pi_dispatch.infra.store import store_of
+
+    client = store_of(settings).client()
+    try:
+        await refuse_an_evicting_store(client)
+    finally:
+        with contextlib.suppress(Exception):
+            await client.aclose()
+
+
 def run(env_file: Path | None) -> int:
     """Check the settings (a config error raises here, before anything connects) and run the worker until SIGTERM;
     returns its exit status."""
@@ -42,6 +56,7 @@ def run(env_file: Path | None) -> int:
     log = json_lines(settings.worker_name)
 
     async def until_stopped() -> int:
+        await refuse_an_evicting(settings)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signal_number in (signal.SIGTERM, signal.SIGINT):

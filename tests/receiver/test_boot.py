@@ -288,3 +288,20 @@ def test_init_writes_a_starter_that_loads(tmp_path: Path) -> None:
 
     assert len(load_triggers(target)) == 3
     assert run_cli("init", "--triggers", str(target)).returncode == 1  # never overwrites
+
+
+@pytest.mark.redis
+async def test_a_receiver_refuses_a_store_that_may_evict_jobs(
+    tmp_path: Path, private_redis: Any, github_api: FakeForge
+) -> None:
+    import redis
+
+    redis.Redis.from_url(private_redis.url).config_set("maxmemory-policy", "allkeys-lru")
+    write_triggers(tmp_path / "triggers.json", LABEL)
+    receiver = ReceiverProcess(tmp_path, github_env(tmp_path, private_redis.url, github_api.url))
+    try:
+        assert await receiver.exit_code() == 2
+        failed = await receiver.wait_for("receiver_start_failed", stream="stderr")
+        assert "maxmemory-policy" in failed["reason"] and "noeviction" in failed["reason"]
+    finally:
+        receiver.stop()

@@ -90,7 +90,7 @@ async def test_hostile_jobs_through_a_real_worker(
     )  # 8 in hand at once, as 4 per queue were before pickup took a slot with each job
     env.update(PI_WAIT_PROFILES=f"ci:{check}", PI_JOB_TIMEOUT_MS="20000")
     queue = Queue("pi-jobs", {"connection": valkey_url})
-    figures = Figures("jobs", tried=JOBS + 2)
+    figures = Figures("jobs", tried=JOBS + 3)
     try:
         async with running_worker(settings_of(env)) as w:
             ids = await hostile_jobs(queue, client, JOBS)
@@ -107,7 +107,7 @@ async def test_hostile_jobs_through_a_real_worker(
         await queue.close()
     show(capsys, figures)
     assert (figures.crashes, figures.lost, figures.overwritten) == (0, 0, 0), failures[:5]
-    for reason in ("job-too-large", "job-too-deep", "job-unreadable", "secret-bindings-too-many"):
+    for reason in ("job-too-large", "job-too-deep", "job-unreadable", "job-data-missing", "secret-bindings-too-many"):
         assert figures.reasons[reason], reason  # each guard was met, or the suite proved nothing
     for reason in ("secret-reference-invalid", "job-target-invalid", "job-image-not-allowed"):
         assert figures.reasons[reason], reason

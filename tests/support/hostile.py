@@ -164,7 +164,7 @@ def account(figures: Figures, ids: list[str], states: dict[str, str], logs_dir: 
 
 
 async def hostile_jobs(queue: Queue, client: aioredis.Redis, count: int, seed: int = 7) -> list[str]:
-    """Add count hostile jobs (colliding and over-long ids among them), plus two written raw: deeper than BullMQ
+    """Add count hostile jobs (colliding and over-long ids among them), plus three written raw: deeper than BullMQ
     can parse, and not JSON at all. Returns their ids."""
     rng = random.Random(seed)
     ids: list[str] = []
@@ -176,7 +176,9 @@ async def hostile_jobs(queue: Queue, client: aioredis.Redis, count: int, seed: i
         await queue.add("github", {"placeholder": True}, {"jobId": job_id, "attempts": 1, "delay": 1_000})
         await client.hset(bull_key(queue.name, job_id), "data", data)  # what a foreign writer can store
         ids.append(job_id)
-    return ids
+    await queue.add("github", {"placeholder": True}, {"jobId": "h-evicted", "attempts": 1, "delay": 1_000})
+    await client.delete(bull_key(queue.name, "h-evicted"))  # as an evicting store drops it: its id still queued
+    return [*ids, "h-evicted"]
 
 
 def hostile_row(rng: random.Random, number: int, now_ms: int) -> tuple[str, dict[str, str]]:

@@ -4,6 +4,9 @@ bad config with the full command line's message."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.support.helpers import CLI_FRAMEWORK, SETTINGS_CHECKERS, modules_loaded, run_cli_process
 
@@ -23,3 +26,15 @@ def test_a_worker_started_as_its_unit_starts_it_refuses_bad_config_with_exit_2_a
     assert result.returncode == 2
     assert "config error" in result.stderr and "PI_CONCURRENCY" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.redis
+def test_a_worker_refuses_a_store_that_may_evict_jobs(tmp_path: Path, private_redis: Any) -> None:
+    import redis
+
+    redis.Redis.from_url(private_redis.url).config_set("maxmemory-policy", "allkeys-lru")
+    env_file = tmp_path / "worker.env"
+    env_file.write_text(f"VALKEY_URL={private_redis.url}\nPI_WORKER_NAME=mini1\n")
+    worker = run_cli_process("worker", "--env-file", str(env_file))
+    assert worker.returncode == 2 and "Traceback" not in worker.stderr
+    assert "maxmemory-policy: is allkeys-lru" in worker.stderr and "noeviction" in worker.stderr
