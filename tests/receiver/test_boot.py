@@ -296,7 +296,8 @@ async def test_a_receiver_refuses_a_store_that_may_evict_jobs(
 ) -> None:
     import redis
 
-    redis.Redis.from_url(private_redis.url).config_set("maxmemory-policy", "allkeys-lru")
+    with redis.Redis.from_url(private_redis.url) as admin:  # closed: a leaked socket fails a later test
+        admin.config_set("maxmemory-policy", "allkeys-lru")
     write_triggers(tmp_path / "triggers.json", LABEL)
     receiver = ReceiverProcess(tmp_path, github_env(tmp_path, private_redis.url, github_api.url))
     try:

@@ -32,7 +32,8 @@ def test_a_worker_started_as_its_unit_starts_it_refuses_bad_config_with_exit_2_a
 def test_a_worker_refuses_a_store_that_may_evict_jobs(tmp_path: Path, private_redis: Any) -> None:
     import redis
 
-    redis.Redis.from_url(private_redis.url).config_set("maxmemory-policy", "allkeys-lru")
+    with redis.Redis.from_url(private_redis.url) as admin:  # closed: a leaked socket fails a later test
+        admin.config_set("maxmemory-policy", "allkeys-lru")
     env_file = tmp_path / "worker.env"
     env_file.write_text(f"VALKEY_URL={private_redis.url}\nPI_WORKER_NAME=mini1\n")
     worker = run_cli_process("worker", "--env-file", str(env_file))
