@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console
+from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, print_json
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.fleet.registry import InvalidRow, LiveHosts
 
@@ -92,7 +91,7 @@ def audit(
         )
     report.accepted = frozenset(accepted_codes(accept or []))
     if as_json:
-        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+        print_json(report.as_json())
     else:
         print_report(console, report)
     raise typer.Exit(ExitStatus.FAILURE if report.at_or_above(fail_on.value) else ExitStatus.OK)

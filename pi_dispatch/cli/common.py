@@ -28,6 +28,11 @@ ValkeyUrlOption = Annotated[
 ]
 
 
+def print_json(document: object) -> None:
+    """What a --json option prints: the document, indented, on stdout (never through rich, which would wrap it)."""
+    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+
+
 @contextmanager
 def problems_as_json(as_json: bool) -> Iterator[None]:
     """With --json, a config error is printed as JSON on stdout (every problem, each with its fields), exit 2;
@@ -38,7 +43,7 @@ def problems_as_json(as_json: bool) -> Iterator[None]:
         if not as_json:
             raise
         listed = [asdict(problem) for problem in error.problems]
-        sys.stdout.write(json.dumps({"ok": False, "problems": listed}, indent=2) + "\n")
+        print_json({"ok": False, "problems": listed})
         raise typer.Exit(ExitStatus.CONFIG) from None
 
 

@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from pi_dispatch.cli.common import EnvFileOption, JsonOption, console, errors, problems_as_json, write_file
+from pi_dispatch.cli.common import EnvFileOption, JsonOption, console, errors, print_json, problems_as_json, write_file
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 
 config_app = typer.Typer(
@@ -51,7 +51,7 @@ def config_check(
     if as_json:
         report = {"ok": failed is None, "source": where, "worker": settings.worker_name}
         report |= {"nameDeclared": settings.worker_name_declared, "cronEntries": cron}
-        sys.stdout.write(json.dumps(report | {"checks": [check.as_json() for check in checks]}, indent=2) + "\n")
+        print_json(report | {"checks": [check.as_json() for check in checks]})
     else:
         declared = "declared" if settings.worker_name_declared else "not declared, derived from the hostname"
         said = "cron disabled" if cron is None else f"{cron} cron entries"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
@@ -12,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors
+from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors, print_json
 from pi_dispatch.core.errors import ExitStatus
 from pi_dispatch.fleet.registry import Unreachable
 
@@ -72,11 +70,11 @@ def hosts(
         listed = [
             {**asdict(queue), "rehomeAt": queue.due_ms(after_ms), "rehomeAfterMs": after_ms} for queue in host_queues
         ]
-        sys.stdout.write(json.dumps(listed, indent=2) + "\n")
+        print_json(listed)
     elif as_json:
         could = runnable(result.hosts, read.waiting)  # beside the row's own fields, never one of them
         listed = [typed_row({**row, "couldRun": could.get(str(row.get("name")))}) for row in result.hosts]
-        sys.stdout.write(json.dumps(listed, indent=2) + "\n")
+        print_json(listed)
     else:
         print_hosts(console, result.hosts, result.invalid, runnable(result.hosts, read.waiting))
         if host_queues:
@@ -114,7 +112,7 @@ def runs(
     found = [run for run in found if (outcome is None or run.get("outcome") == outcome)][: max(limit, 1)]
     unreachable = degraded.startswith("unreachable")
     if as_json:
-        sys.stdout.write(json.dumps({"degraded": degraded, "skipped": skipped, "runs": found}, indent=2) + "\n")
+        print_json({"degraded": degraded, "skipped": skipped, "runs": found})
     elif found or not unreachable:
         print_runs(console, found, degraded, skipped)
     if unreachable:  # this host's records alone, if any: shown, but not the fleet's answer

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Any, Final
 
 import typer
 
-from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors
+from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors, print_json
 from pi_dispatch.cli.reads import run_store
 from pi_dispatch.core.errors import ExitStatus
 from pi_dispatch.core.names import record_stem
@@ -58,7 +56,7 @@ def job(
 
     facts = run_store(url, lambda client: describe_job(client, job_id, logs_dir_of(logs_dir)))
     if as_json:
-        sys.stdout.write(json.dumps(facts, indent=2) + "\n")
+        print_json(facts)
     else:
         print_job(console, facts)
     if not facts["found"]:

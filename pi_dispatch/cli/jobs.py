@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors
+from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors, print_json
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.fleet.registry import Unreachable
 
@@ -75,7 +74,7 @@ def route(
     except JobIdError as error:
         if as_json:
             said = {"jobId": None, "queue": SHARED_QUEUE, "host": None, "abstention": f"not routable: {error}"}
-            sys.stdout.write(json.dumps(said | {"needs": [], "hosts": []}, indent=2) + "\n")
+            print_json(said | {"needs": [], "hosts": []})
         else:
             console.print(escape(f"queue: {SHARED_QUEUE} (not routable: {error})"))
         raise typer.Exit(ExitStatus.OK) from error
@@ -86,7 +85,7 @@ def route(
             {"name": verdict.name, "chosen": verdict.chosen, "reason": verdict.reason} for verdict in explanation.hosts
         ]
         said = {"jobId": job_id, "queue": queue, "host": explanation.host, "abstention": explanation.abstention}
-        sys.stdout.write(json.dumps(said | {"needs": list(explanation.needs), "hosts": verdicts}, indent=2) + "\n")
+        print_json(said | {"needs": list(explanation.needs), "hosts": verdicts})
         return
     console.print(escape(f"job {job_id} needs {', '.join(explanation.needs) or 'nothing host-specific'}"))
     console.print(
@@ -113,7 +112,7 @@ def enqueue(
     data = read_job_file(job)
     done = enqueue_job(store_address(url), kind, data)
     if as_json:
-        sys.stdout.write(json.dumps(done.as_json(), indent=2) + "\n")
+        print_json(done.as_json())
     elif done.result == "added":
         console.print(f"enqueued {escape(done.job_id)} on [bold]{escape(done.queue)}[/bold]: {escape(done.why)}")
     elif done.result == "duplicate":

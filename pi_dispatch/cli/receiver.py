@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any, Final
 
@@ -11,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from pi_dispatch.cli.common import problems_as_json, write_file
+from pi_dispatch.cli.common import print_json, problems_as_json, write_file
 from pi_dispatch.infra.units import ENV_FILE_OPTION
 
 receiver_app = typer.Typer(invoke_without_command=True)
@@ -71,7 +70,7 @@ def check(
     rules = sum(1 for forge in config.rules.forges.values() for _ in _rules_of(forge))
     if as_json:
         said = {"ok": True, "source": where, "forges": served, "rules": rules}
-        sys.stdout.write(json.dumps(said | {"triggersFile": config.triggers_path.name}, indent=2) + "\n")
+        print_json(said | {"triggersFile": config.triggers_path.name})
         return
     console.print(
         escape(

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors
+from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors, print_json
 from pi_dispatch.cli.job import JobArgument
 from pi_dispatch.cli.reads import run_store
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
@@ -79,8 +79,6 @@ def retry(
     as_json: JsonOption = False,
 ) -> None:
     """Run a failed, refused, timed-out or cancelled job again, routed anew; its attempt history goes on."""
-    import json
-    import sys
 
     from pi_dispatch.cli.reads import store_address
     from pi_dispatch.fleet.steer import failed_jobs, retry_job
@@ -101,7 +99,7 @@ def retry(
     results = run_store(url, run)
     if as_json:
         shown = [{"jobId": each, "result": done.result, "queue": done.queue} for each, done in results]
-        sys.stdout.write(json.dumps(shown, indent=2) + "\n")
+        print_json(shown)
     for each, done in results if not as_json else []:
         _say_retried(each, done)
     if job_id is not None and results[0][1].result != "queued":
