@@ -19,7 +19,7 @@ settings.register_profile("pi-dispatch", deadline=None, print_blob=True)
 settings.load_profile("pi-dispatch")
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("PI_SHARED_DIR", REPO.parent / "shared"))
+SHARED = Path(os.environ.get("SHARED_DIR", REPO.parent / "shared"))
 SEED_DIFF = SHARED / "seed" / "pi-dispatch-1.7.0-to-1.8.0.diff"
 
 
@@ -112,7 +112,7 @@ def job_image(docker_client: Any) -> str:
 @pytest.fixture(scope="session")
 def seed_diff() -> Path:
     if not SEED_DIFF.is_file():
-        pytest.fail(f"the reference change is missing at {SEED_DIFF}; set PI_SHARED_DIR to the shared/ folder")
+        pytest.fail(f"the reference change is missing at {SEED_DIFF}; set SHARED_DIR to the shared/ folder")
     return SEED_DIFF
 
 
