@@ -152,6 +152,16 @@ class ReplicatedStore:
                     return next(node for node in self.data if node.port == int(host_port[1]))
         raise RuntimeError("no Sentinel names a primary")
 
+    def role(self, node: Node) -> str | None:
+        """What `node` says it is now (master or slave), None when it does not answer."""
+        client = self._data_client(node)
+        try:
+            return str(client.info("replication").get("role"))  # type: ignore[union-attr]
+        except redis.RedisError:
+            return None
+        finally:
+            client.close()
+
     def wait_settled(self, timeout_s: float = 30.0) -> Node:
         """Wait until the Sentinels agree on a primary that answers as one, with every live replica in sync and
         every Sentinel knowing every other; return the primary."""

@@ -3,8 +3,11 @@
 Table lookups refuse first (unreadable, an undeclared profile, an `after` beyond the maximum); an `after` in
 the future holds the job until then; then the profiles' checks run in writing order under a local check slot
 and, for a declared name, a fleet lease `wait:check:<i>`, so the fleet never runs more checks at once than
-PI_WAIT_CHECK_SLOTS. A hold moves the job to delayed with its hold state in its data and raises BullMQ's
-DelayedError; the arithmetic of when and for how long is `core/waits.py`.
+PI_WAIT_CHECK_SLOTS. A fleet lease is granted under the store's epoch (`fleet/epoch.py`) and re-read before
+each check: once a failover has given the store a new epoch the lease may have been lost and granted to another
+host, so the job is held briefly (not a fault) instead of running a check the fleet did not grant. A hold
+moves the job to delayed with its hold state in its data and raises BullMQ's DelayedError; the arithmetic of when and
+for how long is `core/waits.py`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pi_dispatch.core.waits import (
     parse_after_instant,
     read_conditions,
 )
+from pi_dispatch.fleet.epoch import store_epoch
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.valkey import bounded
 from pi_dispatch.worker.scripts import Refusal, is_argument, run_wait_check, usable_script
@@ -42,6 +46,8 @@ if TYPE_CHECKING:
 
 ABORTED_RECHECK_MS: Final = 1_000
 MAX_TARGET_CHARS: Final = 1_024
+LEASE_OP_TIMEOUT_S: Final = 2
+UNLEASED: Final = ""  # the epoch of a check slot that took no fleet lease (no declared worker name)
 
 
 def wait_target(data: Mapping[str, Any]) -> str | None:
@@ -112,13 +118,13 @@ class WaitGate:
         if not is_argument(target, MAX_TARGET_CHARS):
             return Refusal(Reason.JOB_TARGET_INVALID)
         state = HoldState.from_data(data.get(HOLD_KEY))
-        async with self._check_slot(len(conditions.profiles)) as granted:
-            if not granted:
-                step = after_denied_slot(state, self.now(), self.bounds, self.jitter())
-                if step.reason:
-                    return Refusal(step.reason)
-                await self._hold(job, token, data, step.state, self.now() + step.delay_ms)
-            decision = await self._check_all(conditions.profiles, target)
+        decision = await self.run_checks(conditions.profiles, target)
+        if decision is None:
+            step = after_denied_slot(state, self.now(), self.bounds, self.jitter())
+            if step.reason:
+                return Refusal(step.reason)
+            await self._hold(job, token, data, step.state, self.now() + step.delay_ms)
+            return None  # not reached: _hold raises
         if decision.verdict == "go":
             return None
         if decision.aborted:
@@ -129,10 +135,21 @@ class WaitGate:
         await self._hold(job, token, data, step.state, self.now() + step.delay_ms)
         return None  # not reached: _hold raises
 
-    async def _check_all(self, profiles: tuple[str, ...], target: str) -> WaitDecision:
-        """Each profile's check in writing order, stopping at the first that does not say go."""
+    async def run_checks(self, profiles: tuple[str, ...], target: str) -> WaitDecision | None:
+        """The profiles' checks under a check slot: their decision, or None when no slot was free."""
+        async with self._check_slot(len(profiles)) as epoch:
+            if epoch is None:
+                return None
+            return await self._check_all(profiles, target, epoch)
+
+    async def _check_all(self, profiles: tuple[str, ...], target: str, epoch: str) -> WaitDecision:
+        """Each profile's check in writing order, stopping at the first that does not say go, or held (aborted)
+        once the lease it runs under is no longer trusted."""
         decision = decide_wait(0)
         for profile in profiles:
+            if not await self._lease_trusted(epoch):
+                self.log("wait_lease_untrusted", {"reason": "the store failed over since the lease was granted"})
+                return decide_wait(None, aborted=True)
             script = usable_script(self.settings.wait_profiles[profile])
             if script is None:
                 decision = decide_wait(None, failed_to_start=True)
@@ -143,34 +160,47 @@ class WaitGate:
         return decision
 
     @contextlib.asynccontextmanager
-    async def _check_slot(self, profiles: int) -> AsyncIterator[bool]:
-        """A local check slot, and with a declared name a fleet lease `wait:check:<i>`; yields whether granted."""
+    async def _check_slot(self, profiles: int) -> AsyncIterator[str | None]:
+        """A local check slot, and with a declared name a fleet lease `wait:check:<i>`; yields the store epoch the
+        lease was granted under (UNLEASED without one), or None when no slot was free."""
         if self.slots.locked():
-            yield False
+            yield None
             return
         async with self.slots:
             if not self.settings.worker_name_declared:
-                yield True
+                yield UNLEASED
                 return
             ttl_s = (profiles + 1) * self.settings.wait_check_timeout_ms / 1000
             lease = await self._lease(ttl_s)
             try:
-                yield lease is not None
+                yield None if lease is None else lease[1]
             finally:
                 if lease is not None:
                     with contextlib.suppress(Exception):
-                        await bounded(lease.release(), 2)
+                        await bounded(lease[0].release(), LEASE_OP_TIMEOUT_S)
 
-    async def _lease(self, ttl_s: float) -> Any:
+    async def _lease(self, ttl_s: float) -> tuple[Any, str] | None:
+        """A free fleet check lease and the epoch it is granted under (read first: a failover between the two
+        reads leaves the lease under the older epoch, so it is distrusted at once rather than trusted wrongly)."""
         for index in range(self.settings.wait_check_slots):
             lock = self.client.lock(f"{WAIT_CHECK_LEASE_PREFIX}{index}", timeout=ttl_s, blocking=False)
             try:
-                if await bounded(lock.acquire(), 2):
-                    return lock
+                epoch = await store_epoch(self.client, LEASE_OP_TIMEOUT_S)
+                if epoch is not None and await bounded(lock.acquire(), LEASE_OP_TIMEOUT_S):
+                    return lock, epoch
             except Exception as error:
                 self.log("wait_lease_unreachable", {"reason": type(error).__name__})
                 return None
         return None
+
+    async def _lease_trusted(self, epoch: str) -> bool:
+        """Whether the store still has the epoch the lease was granted under (always, without a fleet lease)."""
+        if epoch == UNLEASED:
+            return True
+        try:
+            return await store_epoch(self.client, LEASE_OP_TIMEOUT_S) == epoch
+        except Exception:  # cannot be told: not trusted
+            return False
 
     async def _hold(
         self, job: QueuedJob, token: str, data: Mapping[str, Any], state: HoldState | None, until_ms: int

@@ -1,9 +1,19 @@
-"""The wait gate's pure parts: the label a check is given. (Holds and leases run in tests/worker/test_lifecycle.py.)"""
+"""The wait gate: the label a check is given, and a fleet check lease that a failover makes untrusted. (Holds and
+their arithmetic run end to end in tests/worker/test_lifecycle.py.)"""
 
 from __future__ import annotations
 
-from pi_dispatch.testing.jobs import forge_job
-from pi_dispatch.worker.waitgate import wait_target
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from pi_dispatch.infra.events import Recorder
+from pi_dispatch.testing.jobs import forge_job, write_script
+from pi_dispatch.testing.replicated import ReplicatedStore
+from pi_dispatch.worker.waitgate import WaitGate, wait_target
+from tests.support.workers import settings_of, worker_env
 
 
 def test_wait_target_is_the_id_only_label() -> None:
@@ -13,3 +23,37 @@ def test_wait_target_is_the_id_only_label() -> None:
     )
     assert wait_target({"kind": "local", "folder": "/x"}) is None
     assert wait_target({**forge_job(7), "target": {"number": True}}) is None
+
+
+async def until(condition: object, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_no_check_runs_under_a_lease_granted_before_a_failover(tmp_path: Path) -> None:
+    started, go, second_ran = tmp_path / "started", tmp_path / "go", tmp_path / "second-ran"
+    slow = write_script(tmp_path / "slow", f"#!/bin/sh\ntouch {started}\nwhile [ ! -e {go} ]; do sleep 0.1; done\n")
+    second = write_script(tmp_path / "second", f"#!/bin/sh\ntouch {second_ran}\n")
+    with ReplicatedStore() as store:
+        env = worker_env(tmp_path, "redis://127.0.0.1/0", "unused:image", "mini1") | store.env()
+        env |= {"PI_WAIT_PROFILES": f"slow:{slow},second:{second}", "PI_WAIT_CHECK_TIMEOUT_MS": "60000"}
+        client = store.address().client()
+        events = Recorder()
+        gate = WaitGate(settings_of(env), client, now=lambda: int(time.time() * 1000), jitter=lambda: 0.5, log=events)
+        try:
+            checking = asyncio.create_task(gate.run_checks(("slow", "second"), "acme/app#7"))
+            await until(started.exists)
+            old = store.primary()
+            store.failover()  # the lease was granted on `old`; the Sentinels now promote a replica
+            await until(lambda: store.primary() is not old and store.role(old) == "slave")
+            go.touch()
+            decision = await asyncio.wait_for(checking, 30)
+        finally:
+            await client.aclose()
+    assert decision is not None and decision.verdict == "hold" and decision.aborted and not decision.fault
+    assert not second_ran.exists()  # the second check would have run under a lease the new primary never granted
+    assert events.names().count("wait_lease_untrusted") == 1
