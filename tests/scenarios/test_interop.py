@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 
 from pi_dispatch.fleet.mirror import RunMirror, read_mirrored_runs
 from pi_dispatch.infra.store import StoreAddress
+from pi_dispatch.testing.replicated import PRIMARY_NAME, ReplicatedStore
 from pi_dispatch.testing.seed import extract_seed_modules
 
 NODE_MIRROR = """
@@ -26,7 +27,17 @@ import Redis from "ioredis";
 import { readFileSync } from "node:fs";
 const mirror = await import(process.argv[2]);
 const [url, mode] = process.argv.slice(3);
-const redis = new Redis(url, { maxRetriesPerRequest: 1 });
+// sentinel://host:port,host:port/name: ioredis finds the primary through the Sentinels, as a patched Node fleet would
+function connect(address) {
+  if (!address.startsWith("sentinel://")) return new Redis(address, { maxRetriesPerRequest: 1 });
+  const [hosts, name] = address.slice("sentinel://".length).split("/");
+  const sentinels = hosts.split(",").map((hostPort) => {
+    const [host, port] = hostPort.split(":");
+    return { host, port: Number(port) };
+  });
+  return new Redis({ sentinels, name, maxRetriesPerRequest: 1 });
+}
+const redis = connect(url);
 const input = JSON.parse(readFileSync(0, "utf8"));
 let out;
 if (mode === "write") {
@@ -185,6 +196,60 @@ async def test_both_writers_store_the_same_bytes_and_score(
     assert await RunMirror(client, 30).mirror(json.loads(json.dumps(same)), "gh-same")
     assert await client.get("runs:rec:gh-same") == node_bytes
     assert await client.zscore("runs:index", "gh-same") == node_score
+
+
+async def mirrored_once_the_store_answers(mirror: RunMirror, rec: dict[str, Any], timeout_s: float = 30) -> bool:
+    """Mirror rec, asked again while the client finds the newly promoted primary."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if await mirror.mirror(rec, rec["jobId"]):
+                return True
+        except Exception:  # the old primary's connection is gone; the next ask goes through the Sentinels
+            pass
+        await asyncio.sleep(0.2)
+    return False
+
+
+@pytest.mark.node
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_a_node_client_through_the_sentinels_shares_a_replicated_store_across_a_failover(
+    node_mirror: tuple[str, Path, Path],
+) -> None:
+    with ReplicatedStore() as store:
+        sentinels = ",".join(f"127.0.0.1:{node.port}" for node in store.watchers)
+        through_sentinels = f"sentinel://{sentinels}/{PRIMARY_NAME}"
+        client = store.address().client()
+        try:
+            before = [record(f"gh-node-{i}", "node-mini", -10 - i) for i in range(2)]
+            written = run_node(
+                node_mirror,
+                through_sentinels,
+                "write",
+                {"retentionDays": 7, "records": [[r, r["jobId"]] for r in before]},
+            )
+            assert written == [True, True]
+            await client.set("interop:fence", "1")  # after Node's writes: once both replicas hold it, they hold those
+            assert await client.execute_command("WAIT", 2, 5000) == 2
+            store.kill(store.primary())
+            store.wait_settled()
+            assert await mirrored_once_the_store_answers(RunMirror(client, 7), record("gh-py-after", "py-mini", 0))
+            after = record("gh-node-after", "node-mini", 1)
+            written = run_node(
+                node_mirror, through_sentinels, "write", {"retentionDays": 7, "records": [[after, after["jobId"]]]}
+            )
+            assert written == [True]
+            read = run_node(node_mirror, through_sentinels, "read", {"limit": 50})
+        finally:
+            await client.aclose()
+    assert read["degraded"] == "ok"
+    assert [(run["jobId"], run["host"]) for run in read["runs"]] == [
+        ("gh-node-after", "node-mini"),
+        ("gh-py-after", "py-mini"),
+        ("gh-node-0", "node-mini"),
+        ("gh-node-1", "node-mini"),
+    ]
 
 
 def run_node_fleet(node_mirror: tuple[str, Path, Path], url: str, mode: str, payload: dict[str, Any]) -> Any:
