@@ -67,6 +67,7 @@ async def serve(port: int) -> None:
     from pi_dispatch.infra.store import store_from_environ
     from pi_dispatch.receiver.rules import Rules
     from pi_dispatch.receiver.server import Identities, Receiver, application
+    from pi_dispatch.testing.receiving import default_limits
     from pi_dispatch.triggers.file import parse_triggers
 
     def refusals(event: str, fields: Mapping[str, object]) -> None:
@@ -78,7 +79,7 @@ async def serve(port: int) -> None:
     rules = Rules.from_triggers(parse_triggers(json.dumps(TRIGGERS), "bench"))
     enqueuer = Enqueuer(store, ForgeRouter(registry_reader(store.client())))
     receiver = Receiver(rules, enqueuer, refusals, github_secret=SECRET, identities=Identities(github=999))
-    runner = web.ServerRunner(application(receiver), access_log=None)
+    runner = web.ServerRunner(application(receiver, default_limits()), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     print("ready", flush=True)

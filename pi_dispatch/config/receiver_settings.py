@@ -26,8 +26,10 @@ from pi_dispatch.config.kinds import (
     TextForm,
     ValkeyUrl,
     Whole,
+    WholeMs,
     matching,
 )
+from pi_dispatch.core.descriptors import descriptors_needed
 from pi_dispatch.core.errors import ConfigError, Problem
 from pi_dispatch.infra.store import DEFAULT_PRIMARY_NAME
 from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL
@@ -103,9 +105,45 @@ class ReceiverSettings(DeclaredSettings):
     )
     bind: BindAddress = setting(
         "RECEIVER_BIND",
-        "0.0.0.0",  # noqa: S104 - the reference's default; behind a local proxy set 127.0.0.1
-        "The webhook listen address; 127.0.0.1 behind a reverse proxy on the same host.",
-        "an address such as 0.0.0.0 or 127.0.0.1",
+        "127.0.0.1",  # not the reference's 0.0.0.0: reachable from elsewhere only when an operator says so
+        "The webhook listen address: 127.0.0.1 (the default) behind a reverse proxy on the same host, 0.0.0.0 to "
+        "take deliveries directly.",
+        "an address such as 127.0.0.1 or 0.0.0.0",
+    )
+    header_timeout_ms: WholeMs = setting(
+        "PI_RECEIVER_HEADER_TIMEOUT_MS",
+        10_000,
+        "How long a connection may take to send a request's headers (and stay idle between requests) before it is "
+        "closed, as nginx's client_header_timeout.",
+        "a whole number of milliseconds from 1000 to 600000",
+        ge=1_000,
+        le=600_000,
+    )
+    body_timeout_ms: WholeMs = setting(
+        "PI_RECEIVER_BODY_TIMEOUT_MS",
+        10_000,
+        "How long a request's body may take to arrive once its headers have: then 408 and the connection closed.",
+        "a whole number of milliseconds from 1000 to 600000",
+        ge=1_000,
+        le=600_000,
+    )
+    max_connections: Whole = setting(
+        "PI_RECEIVER_MAX_CONNECTIONS",
+        1_024,
+        "Connections held open at once, in all; one more is answered 503 and closed. The unit's LimitNOFILE is "
+        "sized from it.",
+        "a whole number from 16 to 65536",
+        ge=16,
+        le=65_536,
+    )
+    max_connections_per_peer: Whole = setting(
+        "PI_RECEIVER_MAX_CONNECTIONS_PER_PEER",
+        64,
+        "Connections held open at once from one address; one more is answered 503 and closed. Behind a reverse "
+        "proxy every connection comes from the proxy: set it to PI_RECEIVER_MAX_CONNECTIONS and cap peers there.",
+        "a whole number from 1 to 65536",
+        ge=1,
+        le=65_536,
     )
     health_addr: Address = setting(
         "PI_RECEIVER_HEALTH_ADDR",
@@ -234,6 +272,13 @@ def receiver_env_values(host_vars: Mapping[str, object], triggers_file: str) -> 
     if pat is not None:
         values[str(host_vars.get(RECEIVER_PREFIX + "github_pat_var") or "GITHUB_PAT")] = str(pat)
     return {"PI_TRIGGERS_FILE": triggers_file, **values}
+
+
+def unit_descriptor_limit(declared: object) -> int:
+    """The unit's LimitNOFILE for a host's declared `pi_dispatch_receiver_max_connections` (None: the default), what
+    its connection cap needs; the env file's rendering refuses a cap that is not a whole number in range first."""
+    default = ReceiverSettings.model_fields["max_connections"].default
+    return descriptors_needed(int(str(declared)) if declared is not None else int(default))
 
 
 def render_receiver_env(host_vars: Mapping[str, object], host: str, triggers_file: str) -> str:

@@ -15,9 +15,11 @@ from typing import Any, Final
 import aiohttp
 from aiohttp import web
 
+from pi_dispatch.config.receiver_settings import ReceiverSettings
 from pi_dispatch.fleet.enqueue import Enqueued, Enqueuer
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.receiver.auth import hub_signature
+from pi_dispatch.receiver.guard import ConnectionLimits
 from pi_dispatch.receiver.rules import Rules
 from pi_dispatch.receiver.server import Identities, Receiver, application
 from pi_dispatch.triggers.file import Trigger
@@ -73,7 +75,9 @@ class DemoReceiver:
         self.receiver = Receiver(
             Rules.from_triggers(triggers), enqueuer, log, github_secret=DEMO_SECRET, identities=Identities(github=999)
         )
-        self._runner = web.ServerRunner(application(self.receiver), access_log=None)
+        # the defaults a receiver runs with when its settings leave them alone
+        limits = ConnectionLimits.of(ReceiverSettings.model_construct())
+        self._runner = web.ServerRunner(application(self.receiver, limits), access_log=None)
         self._session: aiohttp.ClientSession | None = None
         self.url = ""
 

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from pi_dispatch.core.descriptors import descriptors_needed
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
 from pi_dispatch.fleet.storeview import refuse_an_evicting_store
@@ -36,6 +37,7 @@ from pi_dispatch.receiver.forges.identity import (
     gitlab_identity,
     with_retry,
 )
+from pi_dispatch.receiver.guard import ConnectionLimits, raise_descriptor_limit
 from pi_dispatch.receiver.metrics import ReceiverMetrics
 from pi_dispatch.receiver.rules import Rules
 from pi_dispatch.receiver.server import Identities, Receiver, Resolvers, application
@@ -43,6 +45,7 @@ from pi_dispatch.triggers.file import Trigger
 from pi_dispatch.triggers.watch import TriggerWatch
 
 STORE_WINDOW_S: Final = 20.0
+CAPPED_LOG_INTERVAL_S: Final = 60.0  # a flood of capped connections is one log line a minute, counted
 # What a store says when the credentials are wrong: a fact about the configuration, not an outage.
 REFUSALS: Final = ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password", "without any password")
 
@@ -188,6 +191,33 @@ def _receiver(
     )
 
 
+def _limits(config: ReceiverConfig, log: EventLog) -> ConnectionLimits:
+    """The settings' deadlines and caps, with this process's open-file limit raised to what the caps need."""
+    settings = config.settings
+    needed = descriptors_needed(settings.max_connections)
+    allowed = raise_descriptor_limit(needed)
+    if allowed < needed:
+        log("descriptors_short", {"allowed": allowed, "needed": needed, "fix": f"LimitNOFILE={needed} in the unit"})
+    return ConnectionLimits.of(settings)
+
+
+def _capped(log: EventLog, metrics: ReceiverMetrics | None) -> Callable[[str, str], None]:
+    """What a connection that met a cap is told to: the metric, and at most one log line a minute with the counts."""
+    unlogged: dict[str, int] = {}
+    last = [-CAPPED_LOG_INTERVAL_S]
+
+    def capped(cap: str, action: str) -> None:
+        if metrics is not None:
+            metrics.capped.labels(cap, action).inc()
+        unlogged[f"{cap}-{action}"] = unlogged.get(f"{cap}-{action}", 0) + 1
+        if time.monotonic() - last[0] >= CAPPED_LOG_INTERVAL_S:
+            last[0] = time.monotonic()
+            log("connections_capped", dict(unlogged))
+            unlogged.clear()
+
+    return capped
+
+
 async def serve(
     config: ReceiverConfig,
     log: EventLog,
@@ -217,7 +247,8 @@ async def serve(
         return _failed(error_log, error)
     metrics = ReceiverMetrics(config.served) if settings.health_addr else None
     receiver = _receiver(config, found, metrics.observe(log) if metrics else log, error_log, metrics)
-    runner = web.ServerRunner(application(receiver), access_log=None)
+    server = application(receiver, _limits(config, log), _capped(log, metrics))
+    runner = web.ServerRunner(server, access_log=None)
     health: web.AppRunner | None = None
     try:
         await runner.setup()

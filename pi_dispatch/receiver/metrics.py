@@ -8,10 +8,11 @@ from typing import Any, Final
 
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.metrics import new_registry
+from pi_dispatch.receiver.guard import CAP_ACTIONS, CAPS
 from pi_dispatch.receiver.routes import DROP_REASONS
 
 # The statuses a delivery is answered with (receiver-contract.md), each a series from boot so a rate has a start.
-ANSWERED: Final = (202, 204, 400, 401, 403, 404, 405, 413, 415, 500, 503)
+ANSWERED: Final = (202, 204, 400, 401, 403, 404, 405, 408, 413, 415, 500, 503)
 
 
 @dataclass
@@ -37,7 +38,17 @@ class ReceiverMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.capped = Counter(
+            "pi_dispatch_receiver_connections_capped",
+            "Connections that met a cap, in all (total) or from one address (peer), by what was done: an idle or slow "
+            "connection closed to make room (evicted), or the new one answered 503 (refused).",
+            ["cap", "action"],
+            registry=self.registry,
+        )
 
+        for cap in CAPS:
+            for action in CAP_ACTIONS:
+                self.capped.labels(cap, action)
         for forge in self.forges:
             for status in ANSWERED:
                 self.deliveries.labels(forge, str(status))

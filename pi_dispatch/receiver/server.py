@@ -27,6 +27,7 @@ from pi_dispatch.receiver.auth import AzureVerifier, GitLabVerifier
 from pi_dispatch.receiver.forges import azure, forgejo, github, gitlab
 from pi_dispatch.receiver.forges.authority import Authority, Undecided
 from pi_dispatch.receiver.forges.spec import JSON_TYPE, Answered, Forge
+from pi_dispatch.receiver.guard import ConnectionLimits, GuardedServer
 from pi_dispatch.receiver.metrics import ReceiverMetrics
 from pi_dispatch.receiver.routes import Drop
 from pi_dispatch.receiver.rules import Rules
@@ -44,8 +45,9 @@ def _encoded(pairs: tuple[tuple[str, str], ...]) -> bytes:
     return json.dumps(dict(pairs), separators=(",", ":"), ensure_ascii=False).encode()
 
 
-# Refusals worth a log line: a caller without the secret (401), one not allowed (403), a body too large (413).
-REFUSALS_LOGGED: Final = frozenset({401, 403, 413})
+# Refusals worth a log line: a caller without the secret (401), one not allowed (403), a body too slow (408) or too
+# large (413).
+REFUSALS_LOGGED: Final = frozenset({401, 403, 408, 413})
 
 
 def answer(status: int, body: Mapping[str, Any] | None = None, close: bool = False) -> web.Response:
@@ -203,8 +205,11 @@ class Receiver:
         return answer(202, {"status": "queued"})
 
 
-def application(receiver: Receiver) -> web.Server:
-    """The low-level aiohttp server: every method and path reaches `Receiver.handle`, no router in between."""
+def application(
+    receiver: Receiver, limits: ConnectionLimits, capped: Callable[[str, str], None] = lambda _cap, _action: None
+) -> GuardedServer:
+    """The low-level aiohttp server: every method and path reaches `Receiver.handle`, no router in between, under
+    the deadlines and connection caps of `limits` (`receiver/guard.py`)."""
     # lingering: after a 413 the unread body is drained for at most a second (aiohttp's default is ten), so a
     # sender that declares a huge body cannot hold a connection open past its answer.
-    return web.Server(receiver.handle, lingering_time=1.0)
+    return GuardedServer(receiver.handle, limits, capped, lingering_time=1.0)

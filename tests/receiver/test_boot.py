@@ -147,6 +147,8 @@ async def test_boot_serve_reload_and_stop(tmp_path: Path, valkey_url: str, clien
         at_boot = await scrape(health)  # before any delivery: every series there, at zero
         assert at_boot[("pi_dispatch_deliveries_total", (("forge", "github"), ("status", "503")))] == 0
         assert at_boot[("pi_dispatch_deliveries_dropped_total", (("reason", "self"),))] == 0
+        capped = (("action", "refused"), ("cap", "peer"))
+        assert at_boot[("pi_dispatch_receiver_connections_capped_total", capped)] == 0
         assert not [name for name, _ in at_boot if name.endswith("_created")]
         build = dict(next(labels for name, labels in at_boot if name == "pi_dispatch_build_info"))
         assert build["component"] == "receiver" and build["reference_version"] == "1.8.0"

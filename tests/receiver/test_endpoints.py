@@ -36,7 +36,7 @@ def test_defaults(tmp_path: Path) -> None:
     triggers(tmp_path, GITHUB_LABEL)
     config = load(tmp_path, WEBHOOK_SECRET="s")
     settings = config.settings
-    assert (settings.bind, settings.port, settings.valkey_url) == ("0.0.0.0", 3000, "redis://127.0.0.1:6379")
+    assert (settings.bind, settings.port, settings.valkey_url) == ("127.0.0.1", 3000, "redis://127.0.0.1:6379")
     assert config.triggers_path == tmp_path / "triggers.json" and settings.triggers_file == "./triggers.json"
     assert config.github is not None and (config.github.source, config.github.explicit) == ("gh", False)
     assert config.gitlab is config.forgejo is config.azure is None
@@ -191,6 +191,15 @@ def test_the_role_renders_the_inventorys_receiver_variables() -> None:
     with pytest.raises(ConfigError) as raised:
         render_receiver_env({"pi_dispatch_receiver_webhok_secret": "x"}, "receiver", "/t.json")
     assert "pi_dispatch_receiver_webhok_secret" in str(raised.value)
+
+
+def test_the_units_descriptor_limit_follows_the_declared_connection_cap() -> None:
+    from pi_dispatch.config.receiver_settings import unit_descriptor_limit
+
+    assert unit_descriptor_limit(None) == 1024 + 256  # the setting's default cap, and room for the rest
+    assert unit_descriptor_limit(4096) == unit_descriptor_limit("4096") == 4096 + 256
+    with pytest.raises(ValueError):
+        unit_descriptor_limit("many")
 
 
 def test_the_audit_reads_the_receivers_triggers_file() -> None:

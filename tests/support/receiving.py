@@ -9,7 +9,7 @@ import hmac
 import io
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,8 +21,10 @@ from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter
 from pi_dispatch.infra.events import Recorder
 from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.receiver.auth import AzureVerifier, GitLabVerifier, hub_signature
+from pi_dispatch.receiver.guard import ConnectionLimits
 from pi_dispatch.receiver.rules import Rules
 from pi_dispatch.receiver.server import Identities, Receiver, Resolvers, application
+from pi_dispatch.testing.receiving import default_limits
 from pi_dispatch.triggers.file import parse_triggers
 
 GITHUB_SECRET = "test-webhook-secret"
@@ -93,6 +95,8 @@ async def served(
     identities: Identities | None = None,
     resolvers: Resolvers | None = None,
     enqueuer: Enqueuer | None = None,
+    limits: ConnectionLimits | None = None,
+    capped: Callable[[str, str], None] = lambda _cap, _action: None,
 ) -> AsyncIterator[Served]:
     """A Receiver over real HTTP on 127.0.0.1, enqueueing through BullMQ on the test's Valkey."""
     from pi_dispatch.fleet.enqueue import registry_reader
@@ -113,7 +117,7 @@ async def served(
         resolvers=resolvers or Resolvers(),
         error_log=errors,
     )
-    runner = web.ServerRunner(application(receiver), access_log=None)
+    runner = web.ServerRunner(application(receiver, limits or default_limits(), capped), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -8,6 +8,7 @@ what an internal error is logged and answered as. The server runs one handler ov
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from aiohttp import ClientPayloadError, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from pi_dispatch.receiver.auth import hub_signature_valid
+from pi_dispatch.receiver.guard import BODY_DEADLINE
 from pi_dispatch.receiver.rules import ForgeRules
 
 MAX_BODY: Final = 2 * 1024 * 1024  # inclusive
@@ -89,10 +91,20 @@ def require_json_post(request: web.BaseRequest, not_post: str, not_json: str) ->
 
 
 async def read_body(request: web.BaseRequest, too_large: Mapping[str, Any]) -> bytes:
-    """The body, at most MAX_BODY bytes; over it, 413 and the connection closed."""
+    """The body, at most MAX_BODY bytes, by the request's body deadline (`receiver/guard.py`); over the size, 413,
+    past the deadline, 408, each with the connection closed."""
     declared = request.content_length
     if declared is not None and declared > MAX_BODY:
         raise Answered(413, too_large, close=True)
+    deadline = request.get(BODY_DEADLINE)
+    try:
+        async with asyncio.timeout_at(deadline if isinstance(deadline, float) else None):
+            return await _body(request, declared, too_large)
+    except TimeoutError:
+        raise Answered(408, {"error": "body not received in time"}, close=True) from None
+
+
+async def _body(request: web.BaseRequest, declared: int | None, too_large: Mapping[str, Any]) -> bytes:
     chunks, total = [], 0
     try:
         if declared is not None:  # the common case: one read of exactly what was declared

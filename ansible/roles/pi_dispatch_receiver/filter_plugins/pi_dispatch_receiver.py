@@ -24,6 +24,19 @@ def pi_dispatch_receiver_env_file(host_vars: dict[str, Any], host: str, triggers
         raise AnsibleFilterError(f"{host}: the inventory declares an invalid receiver\n{error}") from error
 
 
+def pi_dispatch_receiver_descriptors(declared: object) -> int:
+    """The unit's LimitNOFILE: what the receiver's declared connection cap (None: the default) needs."""
+    from pi_dispatch.config.receiver_settings import unit_descriptor_limit
+
+    try:
+        return unit_descriptor_limit(declared)
+    except ValueError as error:
+        raise AnsibleFilterError(f"pi_dispatch_receiver_max_connections: not a whole number ({error})") from error
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"pi_dispatch_receiver_env_file": pi_dispatch_receiver_env_file}
+        return {
+            "pi_dispatch_receiver_env_file": pi_dispatch_receiver_env_file,
+            "pi_dispatch_receiver_descriptors": pi_dispatch_receiver_descriptors,
+        }

@@ -1,0 +1,266 @@
+"""Faults that must fail safe, each shown as a figure against real processes (a private redis-server, the product's
+receiver in a process of its own), with a goal and a reference measured in the same run.
+
+  slowloris  2,000 sockets that send a request's headers a line at a time and reconnect when closed, from one
+             address and then spread over a hundred; meanwhile a legitimate signed delivery every 0.25 s from
+             another address. Figure: its latency (median and worst) against the same deliveries with no attack,
+             and how many it got answered 202. Goal: every one 202, the worst within 1 s.
+
+One line per scenario and round, then the median over rounds with its range. Exit 1 when a goal is missed.
+
+    python bench/faults.py [--rounds 3] [--only slowloris] [--sockets 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pi_dispatch.core.descriptors import descriptors_needed
+from pi_dispatch.demo.store import free_port
+from pi_dispatch.receiver.auth import hub_signature
+from pi_dispatch.testing.services import RedisServer
+
+SECRET = b"bench-webhook-secret"
+TRIGGERS = {"triggers": [{"on": {"type": "label", "any": ["pi:fix"]}, "run": {"kind": "github", "flow": "fix"}}]}
+LATENCY_GOAL_S = 1.0
+LEGIT_DELIVERIES = 40
+LEGIT_PACE_S = 0.25
+TRICKLE_S = 2.0  # a slow sender's pause between header lines
+RECONNECT_S = 1.0  # how soon a slow sender comes back once closed
+
+
+async def serve(port: int, url: str) -> None:
+    """The child: the product's receiver with its default deadlines and caps, its open-file limit raised as boot
+    raises it, GitHub user 999 standing in for the forge's identity call."""
+    from aiohttp import web
+
+    from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
+    from pi_dispatch.infra.events import discard
+    from pi_dispatch.infra.store import StoreAddress
+    from pi_dispatch.infra.valkey import connect
+    from pi_dispatch.receiver.guard import raise_descriptor_limit
+    from pi_dispatch.receiver.rules import Rules
+    from pi_dispatch.receiver.server import Identities, Receiver, application
+    from pi_dispatch.testing.receiving import default_limits
+    from pi_dispatch.triggers.file import parse_triggers
+
+    limits = default_limits()
+    raise_descriptor_limit(descriptors_needed(limits.max_connections))
+    rules = Rules.from_triggers(parse_triggers(json.dumps(TRIGGERS), "bench"))
+    enqueuer = Enqueuer(StoreAddress(url), ForgeRouter(registry_reader(connect(url))))
+    receiver = Receiver(rules, enqueuer, discard, github_secret=SECRET, identities=Identities(github=999))
+    runner = web.ServerRunner(application(receiver, limits), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port, backlog=4096).start()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+
+def delivery(number: int) -> bytes:
+    body = json.dumps(
+        {
+            "action": "labeled",
+            "sender": {"id": 1, "login": "bench"},
+            "issue": {"number": number, "title": "t", "body": "b", "labels": [{"name": "pi:fix"}]},
+            "repository": {"full_name": "acme/app"},
+        }
+    ).encode()
+    head = (
+        f"POST / HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        f"X-GitHub-Event: issues\r\nX-GitHub-Delivery: f{number}\r\nConnection: close\r\n"
+        f"X-Hub-Signature-256: {hub_signature(SECRET, body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def deliver(port: int, number: int) -> tuple[float, int]:
+    """One delivery on a connection of its own, as a forge sends it: its latency and status (0: no answer)."""
+    started = time.monotonic()
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 10)
+        writer.write(delivery(number))
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n"), 10)
+        writer.close()
+        return time.monotonic() - started, int(head.split()[1])
+    except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError):
+        return time.monotonic() - started, 0
+
+
+async def legitimate(port: int, base: int) -> list[tuple[float, int]]:
+    found = []
+    for index in range(LEGIT_DELIVERIES):
+        found.append(await deliver(port, base + index))
+        await asyncio.sleep(LEGIT_PACE_S)
+    return found
+
+
+@dataclass
+class Slowloris:
+    """Slow senders from `sources`, each reconnecting a second after the receiver closes it; counts the closes."""
+
+    port: int
+    sockets: int
+    sources: list[str]
+    closed: int = 0
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def _one(self, source: str) -> None:
+        while True:
+            writer = None
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", self.port, local_addr=(source, 0))
+                writer.write(b"POST / HTTP/1.1\r\nHost: bench\r\n")
+                line = 0
+                while not reader.at_eof():
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(TRICKLE_S):
+                            await reader.read(1024)
+                    if reader.at_eof():
+                        break
+                    writer.write(f"X-Slow-{line}: a\r\n".encode())
+                    line += 1
+            except OSError:
+                pass
+            finally:
+                if writer is not None:
+                    writer.close()
+            self.closed += 1
+            await asyncio.sleep(RECONNECT_S)
+
+    async def run(self) -> None:
+        """Open the sockets as a flood arrives, then hold them until cancelled."""
+        for index in range(self.sockets):
+            self.tasks.append(asyncio.create_task(self._one(self.sources[index % len(self.sources)])))
+            if index % 100 == 99:
+                await asyncio.sleep(0.05)
+        await asyncio.Event().wait()
+
+
+def attack(port: int, sockets: int, sources: list[str]) -> None:
+    """The attacker's own process (so its event loop never delays the legitimate client's): runs until SIGTERM, then
+    prints how many of its sockets the receiver closed."""
+    import signal
+
+    from pi_dispatch.receiver.guard import raise_descriptor_limit
+
+    raise_descriptor_limit(sockets + 512)  # its own sockets
+    flood = Slowloris(port, sockets, sources)
+
+    async def until_stopped() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        running = asyncio.create_task(flood.run())
+        await stop.wait()
+        print(flood.closed, flush=True)
+        os._exit(0)  # the flood's sockets go with the process: nothing of it needs an orderly end
+        await running  # not reached
+
+    asyncio.run(until_stopped())
+
+
+def summary(answers: list[tuple[float, int]]) -> tuple[float, float, int]:
+    """Median and worst latency, and how many were answered 202."""
+    latencies = [latency for latency, _ in answers]
+    return statistics.median(latencies), max(latencies), sum(1 for _, status in answers if status == 202)
+
+
+@dataclass
+class Outcome:
+    lines: list[str]
+    figures: dict[str, float]
+    passed: bool
+
+
+async def slowloris(workdir: Path, sockets: int, round_number: int) -> Outcome:
+    server = RedisServer(workdir)
+    server.start()
+    port = free_port()
+    child = subprocess.Popen([sys.executable, __file__, "--serve", str(port), server.url], stdout=subprocess.PIPE)
+    lines, figures, passed = [], {}, True
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == b"ready"
+        base = round_number * 1_000_000
+        calm = summary(await legitimate(port, base))
+        lines.append(f"no attack: {calm[2]}/{LEGIT_DELIVERIES} answered 202, median {calm[0] * 1000:.0f} ms")
+        print(f"slowloris round {round_number}: {lines[-1]}", flush=True)
+        spreads = {"one address": ["127.0.0.2"], "a hundred addresses": [f"127.0.1.{i}" for i in range(1, 101)]}
+        for offset, (name, sources) in enumerate(spreads.items(), start=1):
+            command = [sys.executable, __file__, "--attack", str(port), str(sockets), ",".join(sources)]
+            attacker = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+            try:
+                await asyncio.sleep(2 + sockets / 1000)  # the flood in place
+                seen = summary(await legitimate(port, base + offset * 100_000))
+            finally:
+                attacker.terminate()
+                closed = (attacker.communicate(timeout=30)[0] or "?").strip()
+            ok = seen[2] == LEGIT_DELIVERIES and seen[1] <= LATENCY_GOAL_S
+            passed &= ok
+            figures[f"worst legitimate latency (s), slow sockets from {name}"] = seen[1]
+            lines.append(
+                f"{sockets} slow sockets from {name}: {seen[2]}/{LEGIT_DELIVERIES} answered 202, median "
+                f"{seen[0] * 1000:.0f} ms, worst {seen[1] * 1000:.0f} ms ({seen[1] / max(calm[1], 1e-3):.1f}x the "
+                f"calm worst); slow sockets closed by the receiver {closed}" + ("" if ok else "  MISSED")
+            )
+            print(f"slowloris round {round_number}: {lines[-1]}", flush=True)
+    finally:
+        child.terminate()
+        child.wait(10)
+        server.stop()
+    return Outcome(lines, figures, passed)
+
+
+Scenario = Callable[[Path, int, int], Awaitable[Outcome]]
+SCENARIOS: dict[str, Scenario] = {"slowloris": slowloris}
+GOALS = {"slowloris": f"worst legitimate latency <= {LATENCY_GOAL_S:g} s, every delivery 202"}
+
+
+async def bench(rounds: int, only: list[str], sockets: int) -> int:
+    failed = False
+    for name in only:
+        collected: dict[str, list[float]] = {}
+        for round_number in range(1, rounds + 1):
+            with tempfile.TemporaryDirectory() as scratch:
+                outcome = await SCENARIOS[name](Path(scratch), sockets, round_number)
+            for figure, value in outcome.figures.items():
+                collected.setdefault(figure, []).append(value)
+            failed |= not outcome.passed
+        for figure, values in collected.items():
+            print(
+                f"{name}, {figure}: median {statistics.median(values):.2f} (range {min(values):.2f}-"
+                f"{max(values):.2f} over {rounds} rounds; goal: {GOALS[name]})"
+            )
+    return 1 if failed else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", nargs="*", default=list(SCENARIOS), choices=list(SCENARIOS))
+    parser.add_argument("--sockets", type=int, default=2000, help="slow sockets in the slowloris scenario")
+    parser.add_argument("--serve", nargs=2, metavar=("PORT", "URL"), help=argparse.SUPPRESS)
+    parser.add_argument("--attack", nargs=3, metavar=("PORT", "SOCKETS", "SOURCES"), help=argparse.SUPPRESS)
+    parser.add_argument("--shared", help=argparse.SUPPRESS)  # ./dev bench passes its arguments to every script
+    arguments = parser.parse_args()
+    if arguments.serve:
+        asyncio.run(serve(int(arguments.serve[0]), arguments.serve[1]))
+        return
+    if arguments.attack:
+        attack(int(arguments.attack[0]), int(arguments.attack[1]), arguments.attack[2].split(","))
+        return
+    sys.exit(asyncio.run(bench(arguments.rounds, arguments.only, arguments.sockets)))
+
+
+if __name__ == "__main__":
+    main()
