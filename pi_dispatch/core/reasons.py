@@ -50,6 +50,8 @@ class Reason(StrEnum):
     # this port's own: the job's stored data is gone (evicted by a store that evicts, or deleted): never run empty
     JOB_DATA_MISSING = "job-data-missing"
     JOB_TIMEOUT = "job-timeout"
+    # this port's own: the kernel killed the job for passing its memory limit (PI_JOB_MEMORY_MB); never retried
+    JOB_OOM_KILLED = "job-oom-killed"
     CONTAINER_FAILED = "container-failed"
     CONTAINER_POLICY = "container-policy"
     INFRA = "infra"

@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import struct
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -27,7 +26,9 @@ import requests.exceptions
 from docker.types import LogConfig
 
 from pi_dispatch.core.errors import PiDispatchError
+from pi_dispatch.core.reasons import ExitCode
 from pi_dispatch.infra.events import EventLog, discard
+from pi_dispatch.worker.attachstream import attached_output
 from pi_dispatch.worker.outcomes import ContainerEnd
 
 if TYPE_CHECKING:
@@ -46,8 +47,6 @@ FOLLOW_GRACE_S: Final = 10.0  # how long the last of a container's output may ta
 
 
 T = TypeVar("T")
-FRAME_HEADER: Final = struct.Struct(">BxxxL")  # the attach stream's frames: stream (1 stdout, 2 stderr), size
-READ_BYTES: Final = 1024 * 1024
 
 
 def _log_config(spec: ContainerSpec) -> LogConfig:
@@ -56,26 +55,6 @@ def _log_config(spec: ContainerSpec) -> LogConfig:
     if not spec.docker_log:
         return LogConfig(type=LogConfig.types.NONE)
     return LogConfig(type=LogConfig.types.JSON, config={"max-size": f"{spec.log_mb}m", "max-file": "1"})
-
-
-def attached_output(sock: Any) -> Iterator[bytes]:
-    """The payloads of an attach stream's frames, in order, as they arrive (several frames a read)."""
-    from docker.utils.socket import read
-
-    buffer = bytearray()
-    while chunk := read(sock, READ_BYTES):
-        buffer += chunk
-        position, payloads = 0, bytearray()
-        while len(buffer) - position >= FRAME_HEADER.size:
-            _, size = FRAME_HEADER.unpack_from(buffer, position)
-            end = position + FRAME_HEADER.size + size
-            if end > len(buffer):
-                break
-            payloads += buffer[position + FRAME_HEADER.size : end]
-            position = end
-        del buffer[:position]
-        if payloads:
-            yield bytes(payloads)
 
 
 class DockerUnavailable(PiDispatchError):
@@ -291,7 +270,20 @@ class ContainerRuntime:
         if follower is not None:  # the stream ends with the container; a lost daemon may leave it open
             await asyncio.to_thread(follower.join, FOLLOW_GRACE_S)
         code = status.get("StatusCode") if isinstance(status, Mapping) else None
-        return ContainerEnd(code if isinstance(code, int) else None, timed_out=timed_out, aborted=stopped)
+        code = code if isinstance(code, int) else None
+        oom = code not in (ExitCode.OK, ExitCode.POLICY) and not (timed_out or stopped) and await self._oom(container)
+        if oom:
+            self.log("job_oom_killed", {"jobId": spec.job_id, "memoryMb": spec.memory_mb, "exitCode": code})
+        return ContainerEnd(code, timed_out=timed_out, aborted=stopped, oom_killed=oom)
+
+    async def _oom(self, container: Any) -> bool:
+        """Whether the kernel killed a process of the ended container for its memory limit (Docker's OOMKilled)."""
+        try:
+            await self._call(container.reload)
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return False  # not known: read as the plain exit it is
+        state = container.attrs.get("State") if isinstance(container.attrs, Mapping) else None
+        return isinstance(state, Mapping) and state.get("OOMKilled") is True
 
     async def _attach(self, container: Any, output: AttemptOutput, spec: ContainerSpec) -> threading.Thread | None:
         """A thread that hands the container's stdout and stderr, in order, to the attempt's sink as they come.

@@ -1,7 +1,9 @@
 """How an attempt ends: the container exit-code protocol, and the two ways an attempt leaves without a result.
 
 Exit 0 is completed; exit 2 is a policy refusal (returned, never retried); a timeout is `job-timeout` (not
-retried); exit 1 or anything else is an infra failure that BullMQ retries. A drain puts the job back on its
+retried); any other exit after the kernel killed a process of the job for passing its memory limit is
+`job-oom-killed` (not retried: the same limit would kill it again); exit 1 or anything else is an infra failure
+that BullMQ retries. A drain puts the job back on its
 queue untouched. Pure.
 """
 
@@ -34,6 +36,8 @@ def container_result(end: ContainerEnd) -> dict[str, object]:
         return job_result(Outcome.COMPLETED, None, ExitCode.OK)
     if end.exit_code == ExitCode.POLICY:
         return job_result(Outcome.POLICY, Reason.CONTAINER_POLICY, ExitCode.POLICY)
+    if end.oom_killed:
+        raise JobFailure(Reason.JOB_OOM_KILLED, end.exit_code, retry=False)
     raise JobFailure(Reason.CONTAINER_FAILED, end.exit_code, retry=True)
 
 
@@ -44,3 +48,4 @@ class ContainerEnd:
     exit_code: int | None
     timed_out: bool = False
     aborted: bool = False
+    oom_killed: bool = False  # the kernel killed a process of the job for passing the container's memory limit

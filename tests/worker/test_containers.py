@@ -105,6 +105,23 @@ async def test_no_container_is_left_behind(
 
 
 @pytest.mark.docker
+async def test_a_job_killed_for_its_memory_limit_is_job_oom_killed_not_a_plain_exit(
+    tmp_path: Path, job_image: str, runtime: ContainerRuntime
+) -> None:
+    from pi_dispatch.core.reasons import Reason
+    from pi_dispatch.worker.outcomes import JobFailure, container_result
+
+    end = await runtime.run(spec_for(tmp_path, job_image, {"demoMemoryMb": 200}), output=None, stop=StopRequest())
+    assert (end.exit_code, end.oom_killed) == (137, True)
+    with pytest.raises(JobFailure) as failed:
+        container_result(end)
+    assert (failed.value.reason, failed.value.exit_code, failed.value.retry) == (Reason.JOB_OOM_KILLED, 137, False)
+    assert ("job_oom_killed", {"jobId": "gh-1", "memoryMb": 64, "exitCode": 137}) in runtime.log.events  # type: ignore[attr-defined]
+    within = await runtime.run(spec_for(tmp_path, job_image, {"demoMemoryMb": 8}), output=None, stop=StopRequest())
+    assert (within.exit_code, within.oom_killed) == (0, False)  # under the limit: a plain completion
+
+
+@pytest.mark.docker
 async def test_the_timeout_stops_the_container(tmp_path: Path, job_image: str, runtime: ContainerRuntime) -> None:
     spec = spec_for(tmp_path, job_image, {"demoSleep": 60}, timeout_s=1)
     end = await runtime.run(spec, output=None, stop=StopRequest())
