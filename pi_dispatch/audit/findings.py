@@ -68,6 +68,8 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         "warning",
         "the store has replicas but min-replicas-to-write 0: a primary cut off from them keeps taking writes it loses",
     ),
+    "store-not-persistent": ("warning", "the store keeps no AOF and no snapshot: a restart loses every queue"),
+    "store-reset": ("warning", "the store lost its data within the last week (the fleet's epoch was gone)"),
     "queue-silent-host": (
         "warning",
         "a named host is silent with jobs on its queue; they move to the live fleet after PI_REHOME_AFTER_MS",

@@ -287,7 +287,7 @@ def audit(
         findings += idle_slot_findings(live_rows, waiting, defaultdict(lambda: steal_after_ms(None), delays))
         findings += invalid_row_findings(invalid_rows)
         findings += cron_drift_findings(hosts, fleet, live_rows, cron_files)
-        findings += store_findings(store)
+        findings += store_findings(store, now_ms)
     findings += _placement_findings(triggers, fleet, down, liveness)
     findings += cron_findings(fleet, cron_files)
     order = {severity: rank for rank, severity in enumerate(SEVERITIES)}

@@ -33,6 +33,9 @@ JOB_LOG_PREFIX: Final = "runs:log:"
 CANCEL_PREFIX: Final = "control:cancel:"
 DRAIN_PREFIX: Final = "control:drain:"
 CONTROL_CHANNEL: Final = "control:events"
+# This port's own: the fleet's epoch in the store, written once (and again only after the store lost its data), so
+# a store that comes back empty is noticed (`fleet/storereset.py`).
+FLEET_EPOCH: Final = "fleet:epoch"
 
 
 def host_row_key(worker_name: str) -> str:

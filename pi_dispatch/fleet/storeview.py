@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.core.errors import ConfigError, Problem
+from pi_dispatch.core.jscompat import iso_string
+from pi_dispatch.core.keys import FLEET_EPOCH
+from pi_dispatch.fleet.storereset import FleetEpoch
 from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe, reply_text
 
 if TYPE_CHECKING:
@@ -48,6 +51,8 @@ class StoreState:
     promoted: bool  # this primary took over another's history (it was a replica once since it started)
     failover: Failover | None = None
     unreadable: str | None = None
+    persistence: str | None = None  # aof, rdb or off; None: the store would not say
+    epoch: FleetEpoch | None = None  # the fleet's epoch (`fleet/storereset.py`): resets seen, and the last one
 
     @property
     def in_sync(self) -> int:
@@ -67,6 +72,9 @@ class StoreState:
             parts.append(f"lag {self.max_lag_s} s")
         guard = "?" if self.min_replicas_to_write is None else str(self.min_replicas_to_write)
         parts += [f"min-replicas-to-write {guard}", f"eviction {self.eviction_policy or '?'}"]
+        parts.append(f"persistence {self.persistence or '?'}")
+        if self.epoch is not None and self.epoch.resetAt is not None:
+            parts.append(f"lost its data {self.epoch.resets}x, last at {iso_string(self.epoch.resetAt)}")
         if self.failover is not None:
             since = self.failover.primary_for_s
             held = "?" if since is None else f"{since:.0f} s"
@@ -88,6 +96,9 @@ class StoreState:
             "sentinelEpoch": failover.epoch if failover else None,
             "primaryForS": failover.primary_for_s if failover else None,
             "unreadable": self.unreadable,
+            "persistence": self.persistence,
+            "resets": self.epoch.resets if self.epoch else None,
+            "lastResetAt": self.epoch.resetAt if self.epoch else None,
         }
 
 
@@ -106,14 +117,28 @@ def _whole(value: object) -> int | None:
     return int(text) if text.isascii() and text.lstrip("-").isdigit() else None
 
 
+def _persistence(persisted: object, saves: object) -> str | None:
+    """aof when the append-only file is on, rdb when snapshots are configured, off for neither; None: not said."""
+    if isinstance(persisted, dict) and _whole(persisted.get("aof_enabled")) == 1:
+        return "aof"
+    if not isinstance(saves, dict):
+        return None  # CONFIG refused (renamed away): the snapshot schedule cannot be read
+    return "rdb" if reply_text(next(iter(saves.values()), "")).strip() else "off"
+
+
 async def read_store_state(client: aioredis.Redis, store: StoreAddress | None = None) -> StoreState:
     """The store's state now; `unreadable` says why when it would not answer."""
     pipe = client.pipeline(transaction=False)
     pipe.info("replication")
     pipe.info("memory")
     pipe.config_get("min-replicas-to-write")
+    pipe.info("persistence")
+    pipe.config_get("save")
+    pipe.get(FLEET_EPOCH)
     try:
-        replication, memory, configured = await bounded(pipe.execute(raise_on_error=False), OP_TIMEOUT_S)
+        replication, memory, configured, persisted, saves, epoch = await bounded(
+            pipe.execute(raise_on_error=False), OP_TIMEOUT_S
+        )
     except Exception as error:
         return StoreState("?", (), "", None, False, unreadable=describe(error))
     if isinstance(replication, Exception) or isinstance(memory, Exception):
@@ -128,6 +153,8 @@ async def read_store_state(client: aioredis.Redis, store: StoreAddress | None = 
         eviction_policy=str(memory.get("maxmemory_policy", "")),
         min_replicas_to_write=guard,
         promoted=_whole(replication.get("second_repl_offset")) not in (None, -1),
+        persistence=_persistence(persisted, saves),
+        epoch=None if isinstance(epoch, Exception) else FleetEpoch.read(epoch),
     )
     if store is None or not store.replicated:
         return state

@@ -32,6 +32,7 @@ from pi_dispatch.fleet.registry import HostRegistry, beating
 from pi_dispatch.fleet.rehome import Rehomer
 from pi_dispatch.fleet.snapshot import FleetView, fleet_view
 from pi_dispatch.fleet.steal import Stealer
+from pi_dispatch.fleet.storereset import EpochWatch
 from pi_dispatch.infra.clock import host_zone, wall_ms
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.sdnotify import feed_watchdog, notify, watchdog_interval_s
@@ -150,6 +151,7 @@ class Worker:
             self.attempts.outputs = Outputs(settings.logs_dir, self.name, file_cap, store_cap, history, self.log)
         self._serve_metrics()
         self.registry = HostRegistry(self.client, self.name, log=self.log, progress=self._live_facts)
+        self.epoch = EpochWatch(self.client, self.now, self.log)
         if self.beat_ms is not None:
             self.registry.beat_ms = self.beat_ms
         self.rehomer = Rehomer(
@@ -292,6 +294,8 @@ class Worker:
                 last_poll_ms = max((bull.polled_at_ms for bull in self.bullmq_workers), default=0)
                 await self.metrics.measure(self.client, self.queues, self.registry.last_beat_ms, last_poll_ms)
             await self.control.beat()
+            with contextlib.suppress(Exception):  # a store away says nothing of its data; the next beat reads again
+                self.cron.pending |= await self.epoch.check()  # the schedulers went with the data: made again below
             down_s = self.registry.unreachable_for()
             self.status.publish(len(self.running), self.settings.concurrency, down_s, self.control.draining)
             await self.cron.retry()

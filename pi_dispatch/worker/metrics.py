@@ -84,6 +84,11 @@ class WorkerMetrics:
         self.steals = Counter(
             "pi_dispatch_steals", "Jobs this host took from a busy peer's own queue (work stealing).", registry=registry
         )
+        self.store_resets = Counter(
+            "pi_dispatch_store_resets",
+            "Times this worker found the store had lost its data (fleet:epoch gone) and re-created what it owns.",
+            registry=registry,
+        )
         self.idle_capable = Counter(
             "pi_dispatch_idle_capable_slot_seconds",
             "Free slot-seconds of this host while a job it could run waited on a peer's queue.",
@@ -130,6 +135,8 @@ class WorkerMetrics:
                 self.mirror_failures.inc()
             elif event == "job_stolen":
                 self.steals.inc()
+            elif event == "store_reset":
+                self.store_resets.inc()
 
         return counted
 

@@ -122,7 +122,7 @@ async def test_audit_live_reads_each_hosts_triggers_file_and_its_row(
     await mini1.close()
     report = json.loads(result.stdout)
     # the suite's store has no replica: the audit says so too (tests/fleet/test_storeview.py)
-    assert [f["code"] for f in report["findings"]] == ["cron-drift", "store-no-replica"]
+    assert [f["code"] for f in report["findings"]] == ["cron-drift", "store-no-replica", "store-not-persistent"]
     expected = cron_fingerprint(authored_cron(cron(NIGHTLY)), "UTC")
     assert expected in report["findings"][0]["message"]
     (files / "mini1.json").write_text("{not json")

@@ -467,12 +467,20 @@ def test_the_live_audit_judges_the_store_itself() -> None:
     lagging = StoreState("master", (Replica("10.0.0.2:6379", "online", 9),), "noeviction", 1, promoted=False)
     rows = [row("mini1", "s:prod,w:ci")]
 
+    now = 1_800_000_000_000
+
     def judged(state: StoreState) -> list[str]:
-        report = audit(FLEET[:1], [], live_rows=rows, live_state="ok", store=state)
+        report = audit(FLEET[:1], [], live_rows=rows, live_state="ok", store=state, now_ms=now)
         return [code for code in codes(report) if code.startswith("store-")]
 
     assert judged(alone) == ["store-eviction", "store-no-replica"]
     assert judged(unguarded) == ["store-writes-unguarded"]
     assert judged(guarded) == []
     assert judged(lagging) == ["store-no-replica"]  # a replica 9 s behind is not one a failover can trust
+    from pi_dispatch.fleet.storereset import FleetEpoch
+
+    forgetful = StoreState("master", synced, "noeviction", 1, promoted=False, persistence="off")
+    assert judged(forgetful) == ["store-not-persistent"]
+    emptied = FleetEpoch("r" * 40, now - 86_400_000, resets=2, resetAt=now - 60_000)
+    assert judged(StoreState("master", synced, "noeviction", 1, promoted=False, epoch=emptied)) == ["store-reset"]
     assert audit(FLEET[:1], [], store=alone).findings == []  # without --live the store is not read

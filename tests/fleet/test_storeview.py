@@ -14,6 +14,7 @@ from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.testing.replicated import ReplicatedStore
 
 pytestmark = pytest.mark.redis
+NOW = 1_800_000_000_000
 
 
 async def test_a_single_store_is_a_primary_without_replicas_and_the_audit_says_so(client: aioredis.Redis) -> None:
@@ -21,7 +22,7 @@ async def test_a_single_store_is_a_primary_without_replicas_and_the_audit_says_s
     assert (state.role, state.replicas, state.in_sync, state.eviction_policy) == ("master", (), 0, "noeviction")
     assert state.min_replicas_to_write == 0 and not state.promoted and state.unreadable is None
     assert "0/0 replicas in sync" in state.summary() and "eviction noeviction" in state.summary()
-    assert [finding.code for finding in store_findings(state)] == ["store-no-replica"]
+    assert [finding.code for finding in store_findings(state, NOW)] == ["store-not-persistent", "store-no-replica"]
 
 
 async def test_an_evicting_policy_is_an_error(client: aioredis.Redis) -> None:
@@ -30,9 +31,9 @@ async def test_an_evicting_policy_is_an_error(client: aioredis.Redis) -> None:
         state = await read_store_state(client)
     finally:
         await client.config_set("maxmemory-policy", "noeviction")
-    codes = [finding.code for finding in store_findings(state)]
-    assert codes == ["store-eviction", "store-no-replica"]
-    assert store_findings(state)[0].severity == "error" and "allkeys-lru" in store_findings(state)[0].message
+    codes = [finding.code for finding in store_findings(state, NOW)]
+    assert codes == ["store-not-persistent", "store-eviction", "store-no-replica"]
+    assert store_findings(state, NOW)[1].severity == "error" and "allkeys-lru" in store_findings(state, NOW)[1].message
 
 
 async def test_a_store_that_does_not_answer_says_why() -> None:
@@ -42,7 +43,7 @@ async def test_a_store_that_does_not_answer_says_why() -> None:
     finally:
         await gone.aclose()
     assert state.unreadable is not None and state.summary().startswith("store: unreadable (")
-    assert store_findings(state) == []  # the registry's own finding says the store is away
+    assert store_findings(state, NOW) == []  # the registry's own finding says the store is away
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +63,8 @@ async def test_a_replicated_store_shows_its_replicas_its_guard_and_the_sentinels
     finally:
         await client.aclose()
     assert state.role == "master" and len(state.replicas) == 2 and state.in_sync == 2
-    assert state.min_replicas_to_write == 1 and store_findings(state) == []
+    assert state.min_replicas_to_write == 1 and store_findings(state, NOW) == []
     assert state.failover is not None and state.failover.epoch == 0 and state.failover.primary_for_s is not None
     assert "2/2 replicas in sync" in state.summary() and "Sentinel epoch 0" in state.summary()
     unguarded = state.__class__(**{**state.__dict__, "min_replicas_to_write": 0})
-    assert [finding.code for finding in store_findings(unguarded)] == ["store-writes-unguarded"]
+    assert [finding.code for finding in store_findings(unguarded, NOW)] == ["store-writes-unguarded"]

@@ -322,3 +322,23 @@ async def wait_for_event(events: Recorder, name: str, timeout_s: float = 30) -> 
         if time.monotonic() > deadline:
             raise TimeoutError(f"no {name} in {events.names()[-10:]}")
         await asyncio.sleep(0.05)
+
+
+@pytest.mark.docker
+async def test_a_store_that_comes_back_empty_gets_the_schedulers_back_within_a_beat(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, host_queue: Queue
+) -> None:
+    path = write_triggers(tmp_path / "triggers.json", entry("nightly", "0 3 * * *"), entry("weekly", "0 4 * * 1"))
+    env = worker_env(tmp_path, valkey_url, job_image, "mini1", PI_TRIGGERS_FILE=str(path), TZ="UTC")
+    async with running_worker(settings_of(env), beat_ms=500) as w:
+        await wait_for_event(w.events, "schedules_reconciled")
+        assert await scheduler_ids(host_queue) == ["nightly", "weekly"]
+        await asyncio.sleep(1.2)  # a beat or two: the worker has read the fleet's epoch
+        await client.flushdb()  # the store restarted without its data: schedulers, rows and epoch gone
+        await wait_for_event(w.events, "store_reset")
+        deadline = time.monotonic() + 10
+        while await scheduler_ids(host_queue) != ["nightly", "weekly"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert await scheduler_ids(host_queue) == ["nightly", "weekly"]
+        assert await client.exists(host_row_key("mini1"))  # its row is back too
+    assert w.events.names().count("store_reset") == 1
