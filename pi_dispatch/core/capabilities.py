@@ -216,6 +216,7 @@ class HostVerdict:
     chosen: bool = False
     stuck: bool = False
     draining: bool = False
+    abstained: bool = False  # no host was chosen: the job stays on the shared queue
 
     @property
     def reason(self) -> str:
@@ -233,6 +234,8 @@ class HostVerdict:
             return "lacks " + ", ".join(self.lacks)
         if not self.routes:
             return "no declared PI_WORKER_NAME, so it drains no queue of its own"
+        if self.abstained:
+            return "capable; the job stays on the shared queue (see why no host was chosen)"
         return "capable; another capable host won the job-id hash"
 
 
@@ -278,6 +281,7 @@ def explain_route(
                 chosen=chosen is not None and name == chosen,
                 stuck=is_stuck(host),
                 draining=is_draining(host),
+                abstained=chosen is None,
             )
         )
     abstention = None

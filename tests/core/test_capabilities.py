@@ -201,7 +201,16 @@ def test_explain_route_names_each_abstention_and_each_host() -> None:
     assert reasons["mini2"] == "lacks s:prod"
     assert reasons["mini3"].startswith("stale by 60 s")
     assert explain_route(hosts, {}, "x").abstention == ABSTAIN_NO_NEEDS
-    assert explain_route(hosts, {"waitFor": [{"profile": "ci"}]}, "x").abstention == ABSTAIN_ALL_CAPABLE
+    everywhere = explain_route(hosts, {"waitFor": [{"profile": "ci"}]}, "x")
+    assert everywhere.abstention == ABSTAIN_ALL_CAPABLE
+    assert everywhere.hosts[0].reason == "capable; the job stays on the shared queue (see why no host was chosen)"
+    two_capable = explain_route(
+        [H("mini1", "s:prod"), H("mini2", "s:prod"), H("mini3", "")], {"secretsProfile": "prod"}, "x"
+    )
+    assert sorted(verdict.reason for verdict in two_capable.hosts[:2]) == [
+        "capable; another capable host won the job-id hash",
+        "chosen",
+    ]
     assert explain_route(hosts, {"secretsProfile": "nope"}, "x").abstention == ABSTAIN_NONE_CAPABLE
     unnamed = [H("mini1", "s:prod", routes="false"), H("mini2", "")]
     explained = explain_route(unnamed, {"secretsProfile": "prod"}, "x")
