@@ -1,6 +1,10 @@
 """Faults that must fail safe, each shown as a figure against real processes (a private redis-server, the product's
 receiver in a process of its own), with a goal and a reference measured in the same run.
 
+  store-reset  a worker with two cron entries on a store that loses its data (FLUSHALL); figure: the schedulers
+             back, and how long after the loss (goal: all of them, within one beat, 15 s)
+  oom-job    a job that holds 200 MiB in a 64 MiB container; figure: the reason its run is recorded with (goal:
+             job-oom-killed, never retried)
   slowloris  2,000 sockets that send a request's headers a line at a time and reconnect when closed, from one
              address and then spread over a hundred; meanwhile a legitimate signed delivery every 0.25 s from
              another address. Figure: its latency (median and worst) against the same deliveries with no attack,
@@ -23,14 +27,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from chaos import Fleet
 
 from pi_dispatch.core.descriptors import descriptors_needed
 from pi_dispatch.demo.store import free_port
 from pi_dispatch.receiver.auth import hub_signature
 from pi_dispatch.testing.services import RedisServer
+from pi_dispatch.worker.history import read_records
 
 SECRET = b"bench-webhook-secret"
 TRIGGERS = {"triggers": [{"on": {"type": "label", "any": ["pi:fix"]}, "run": {"kind": "github", "flow": "fix"}}]}
@@ -221,9 +228,119 @@ async def slowloris(workdir: Path, sockets: int, round_number: int) -> Outcome:
     return Outcome(lines, figures, passed)
 
 
+BEAT_S = 15.0  # the worker's beat: the store-reset goal
+
+
+@contextlib.contextmanager
+def one_worker(workdir: Path, url: str, **extra: str) -> Iterator[Fleet]:
+    """A real `pi-dispatch worker` process named mini1 on the store at url, with the example job image."""
+    import docker
+
+    from pi_dispatch.demo.jobimage import build_example_image
+
+    client = docker.from_env()
+    try:
+        image = build_example_image(client)
+    finally:
+        client.close()
+    fleet = Fleet(workdir, url, image, extra)
+    fleet.start("mini1")
+    try:
+        yield fleet
+    finally:
+        fleet.stop_all()
+
+
+async def schedulers(url: str, queue: str) -> int:
+    from bullmq import Queue
+
+    handle = Queue(queue, {"connection": url})
+    try:
+        return len(await handle.getJobSchedulers(0, -1))
+    finally:
+        await handle.close()
+
+
+async def store_reset(workdir: Path, _sockets: int, round_number: int) -> Outcome:
+    cron = [
+        {
+            "on": {"type": "cron", "id": ident, "pattern": pattern},
+            "run": {"kind": "local", "folder": "/srv/app", "flow": "tidy", "task": "tidy up"},
+        }
+        for ident, pattern in (("nightly", "0 3 * * *"), ("weekly", "0 4 * * 1"))
+    ]
+    triggers = workdir / "triggers.json"
+    triggers.write_text(json.dumps({"triggers": cron}))
+    server = RedisServer(workdir)
+    server.start()
+    try:
+        with one_worker(workdir, server.url, PI_TRIGGERS_FILE=str(triggers), TZ="UTC"):
+            queue = "pi-jobs@mini1"
+            deadline = time.monotonic() + 60
+            while await schedulers(server.url, queue) < len(cron) and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            before = await schedulers(server.url, queue)
+            await asyncio.sleep(BEAT_S + 1)  # the worker has read the fleet's epoch at a beat
+            import redis
+
+            flusher = redis.Redis.from_url(server.url)
+            flusher.flushall()
+            flusher.close()
+            lost_at = time.monotonic()
+            while await schedulers(server.url, queue) < before and time.monotonic() - lost_at < 3 * BEAT_S:
+                await asyncio.sleep(0.2)
+            back, after_s = await schedulers(server.url, queue), time.monotonic() - lost_at
+    finally:
+        server.stop()
+    ok = back == before == len(cron) and after_s <= BEAT_S
+    line = f"schedulers before the loss {before}, back {back}, {after_s:.1f} s after it" + ("" if ok else "  MISSED")
+    print(f"store-reset round {round_number}: {line}", flush=True)
+    return Outcome([line], {"seconds until the schedulers were back": after_s}, ok)
+
+
+async def oom_job(workdir: Path, _sockets: int, round_number: int) -> Outcome:
+    from bullmq import Queue
+
+    from pi_dispatch.fleet.enqueue import forge_job_options
+    from pi_dispatch.testing.jobs import forge_job
+
+    server = RedisServer(workdir)
+    server.start()
+    try:
+        with one_worker(workdir, server.url):
+            job = forge_job(1, trigger={"demoMemoryMb": 200})
+            queue = Queue("pi-jobs", {"connection": server.url})
+            try:
+                options = {**forge_job_options("github", job), "jobId": "gh-oom"}
+                await queue.add("github", job, options)
+                deadline = time.monotonic() + 120
+                while await queue.getJobState("gh-oom") not in ("completed", "failed"):
+                    if time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.2)
+                done = await queue.getJob("gh-oom")
+            finally:
+                await queue.close()
+            records = [record for record in read_records(workdir / "mini1" / "logs") if record.get("jobId") == "gh-oom"]
+    finally:
+        server.stop()
+    reason = records[-1].get("reason") if records else None
+    attempts = done.attemptsMade if done is not None else None
+    ok = reason == "job-oom-killed" and attempts == 1
+    line = f"a job holding 200 MiB under a 64 MiB limit: recorded {reason}, attempts {attempts}" + (
+        "" if ok else "  MISSED"
+    )
+    print(f"oom-job round {round_number}: {line}", flush=True)
+    return Outcome([line], {"attempts spent": float(attempts or 0)}, ok)
+
+
 Scenario = Callable[[Path, int, int], Awaitable[Outcome]]
-SCENARIOS: dict[str, Scenario] = {"slowloris": slowloris}
-GOALS = {"slowloris": f"worst legitimate latency <= {LATENCY_GOAL_S:g} s, every delivery 202"}
+SCENARIOS: dict[str, Scenario] = {"store-reset": store_reset, "oom-job": oom_job, "slowloris": slowloris}
+GOALS = {
+    "store-reset": f"every scheduler back within one beat ({BEAT_S:g} s)",
+    "oom-job": "job-oom-killed, one attempt",
+    "slowloris": f"worst legitimate latency <= {LATENCY_GOAL_S:g} s, every delivery 202",
+}
 
 
 async def bench(rounds: int, only: list[str], sockets: int) -> int:

@@ -30,6 +30,8 @@ STEAL_OFFERS: Final = "steal:offers"
 # the channel that tells the workers of a new fact at once.
 RUN_ATTEMPTS_PREFIX: Final = "runs:att:"
 JOB_LOG_PREFIX: Final = "runs:log:"
+# Run records a worker's disk refused, by record stem, kept here until the file is written (a hash per host).
+RUN_SPILL_PREFIX: Final = "runs:spill:"
 CANCEL_PREFIX: Final = "control:cancel:"
 DRAIN_PREFIX: Final = "control:drain:"
 CONTROL_CHANNEL: Final = "control:events"
@@ -56,6 +58,11 @@ def bull_key(queue: str, suffix: str) -> str:
 def run_record_key(sanitized_job_id: str) -> str:
     """One mirrored run record's bytes."""
     return f"{RUN_RECORD_PREFIX}{sanitized_job_id}"
+
+
+def run_spill_key(worker_name: str) -> str:
+    """A HASH of the run records this host's disk refused, by record stem, until each file is written."""
+    return f"{RUN_SPILL_PREFIX}{worker_name}"
 
 
 def run_attempts_key(sanitized_job_id: str) -> str:

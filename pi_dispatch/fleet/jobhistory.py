@@ -5,7 +5,8 @@ This port's own keys (a Node fleet neither reads nor writes them), keyed by the 
 the last one only); `runs:log:<stem>:<n>` is a STREAM of attempt n's output: a `start` entry (host, when, and
 whether the output is copied here at all), `t` entries of output text, and an `end` entry (bytes, dropped). An
 attempt's number is how many attempts of the job had a record before it, plus one, so a retried job's attempts
-continue its history. Both live as long as the mirror's records. Writers never raise; readers say
+continue its history. Both live as long as the mirror's records. `runs:spill:<host>` is a HASH of the run records
+that host's disk refused, by stem, kept until each file is written. Writers never raise; readers say
 "unreachable" rather than "empty".
 """
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.core.jscompat import js_json, js_json_parse
-from pi_dispatch.core.keys import job_log_key, run_attempts_key
+from pi_dispatch.core.keys import job_log_key, run_attempts_key, run_spill_key
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe
 
@@ -54,6 +55,28 @@ class JobHistory:
         pipe.ltrim(key, -ATTEMPTS_MAX, -1)
         pipe.pexpire(key, self.window_ms)
         return await self._run(pipe, stem)
+
+    async def spill(self, host: str, stem: str, record: Mapping[str, Any]) -> bool:
+        """Keep a record the disk refused in the store until its file is written (`unspill`)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(run_spill_key(host), stem, js_json(record))
+        return await self._run(pipe, stem)
+
+    async def unspill(self, host: str, stem: str) -> bool:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hdel(run_spill_key(host), stem)
+        return await self._run(pipe, stem)
+
+    async def spilled(self, host: str) -> dict[str, Mapping[str, Any]]:
+        """The records this host's disk refused, by stem (a value that is not a record is left out)."""
+        raw = await bounded(self.client.hgetall(run_spill_key(host)), self.timeout_s)
+        found: dict[str, Mapping[str, Any]] = {}
+        for stem, text in raw.items():
+            with contextlib.suppress(ValueError, TypeError):
+                record = js_json_parse(_str(text))
+                if isinstance(record, dict):
+                    found[_str(stem)] = record
+        return found
 
     async def started(self, stem: str, attempt: int, fields: Mapping[str, str]) -> bool:
         return await self._mark(stem, attempt, "start", fields)

@@ -164,39 +164,77 @@ class Attempts(Protocol):
 
     async def remember(self, record: Mapping[str, Any], stem: str) -> bool: ...
 
+    async def spill(self, host: str, stem: str, record: Mapping[str, Any]) -> bool: ...
+
+    async def unspill(self, host: str, stem: str) -> bool: ...
+
+    async def spilled(self, host: str) -> dict[str, Mapping[str, Any]]: ...
+
 
 class RunRecorder:
     """Record a finished run: the file first, durably; then, without waiting, the fleet mirror.
 
     The order is the point: the fleet never shows a run whose file does not exist. A record that cannot be
-    written (disk full, read-only) is logged with why and kept, and `retry` (each beat) writes it, then mirrors
-    it, once the disk takes it again; nothing is dropped while the worker runs. The mirror is only given when
-    this host declared a worker name.
+    written (disk full, read-only) is logged with why and kept, in memory and in the store (`runs:spill:<host>`,
+    so a stop does not lose it), and `retry` (each beat) writes it, then mirrors it, once the disk takes it again;
+    `recover` at boot takes back what an earlier run of the worker could not write. While any record is unwritten
+    the worker takes no new work (`blocked`). The mirror is only given when this host declared a worker name.
     """
 
     def __init__(
-        self, logs_dir: Path, mirror: Mirror | None, log: EventLog = discard, attempts: Attempts | None = None
+        self,
+        logs_dir: Path,
+        mirror: Mirror | None,
+        log: EventLog = discard,
+        attempts: Attempts | None = None,
+        host: str = "",
     ) -> None:
         self.logs_dir = logs_dir
         self.mirror = mirror
         self.attempts = attempts
         self.log = log
+        self.host = host
         self._in_flight: set[asyncio.Task[bool]] = set()
         self.unwritten: dict[str, Mapping[str, Any]] = {}  # record stem -> the latest record not yet on disk
+
+    @property
+    def blocked(self) -> bool:
+        """Whether a run's record is still waiting for the disk: no new work is taken until it is written."""
+        return bool(self.unwritten)
 
     def record(self, record: Mapping[str, Any]) -> Path | None:
         """Write the record file, then start mirroring it; returns the file's path (None: kept for a retry)."""
         stem = record_stem(record.get("jobId"))
         path = write_record(self.logs_dir, record, self.log)
+        spill = self.attempts if self.host else None
         if path is None:
             self.unwritten[stem] = record
+            if spill is not None:
+                self._start(spill.spill(self.host, stem, record))
             return None
-        self.unwritten.pop(stem, None)
+        if self.unwritten.pop(stem, None) is not None and spill is not None:
+            self._start(spill.unspill(self.host, stem))
         if self.mirror is not None:
             self._start(self.mirror.mirror(record, stem))
         if self.attempts is not None:
             self._start(self.attempts.remember(record, stem))
         return path
+
+    async def recover(self) -> int:
+        """At boot: take back the records an earlier run of this worker could not write, and write what the disk
+        now takes; returns how many are still unwritten."""
+        if self.attempts is None or not self.host:
+            return 0
+        try:
+            kept = await self.attempts.spilled(self.host)
+        except Exception as error:  # the store away: what it keeps is read at the next boot
+            self.log("run_records_unrecovered", {"reason": failure_name(error)})
+            return len(self.unwritten)
+        for stem, record in kept.items():
+            self.unwritten.setdefault(stem, record)
+        if kept:
+            self.log("run_records_recovered", {"count": len(kept)})
+        return self.retry()
 
     def _start(self, write: Coroutine[Any, Any, bool]) -> None:
         task = asyncio.ensure_future(write)

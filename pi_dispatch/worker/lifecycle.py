@@ -103,6 +103,7 @@ class Worker:
         except Exception as error:
             return await self._end(f"Valkey is unreachable ({describe(error)})")
         self._assemble(store, triggers)
+        await self.recorder.recover()  # records an earlier run could not write: kept in the store until written
         await self._start_consumers(store)
         await self.registry.start(self._row(digest or ""))
         watch = await self._start_cron(boot_text)
@@ -140,7 +141,7 @@ class Worker:
             RunMirror(self.client, settings.log_retention_days, log=self.log) if settings.worker_name_declared else None
         )
         history = JobHistory(self.client, int(mirror_window_ms(settings.log_retention_days)), self.log)
-        self.recorder = RunRecorder(settings.logs_dir, mirror, self.log, attempts=history)
+        self.recorder = RunRecorder(settings.logs_dir, mirror, self.log, attempts=history, host=self.name)
         wait_gate = WaitGate(settings, self.client, self.now, self.jitter, self.log)
         self.attempts = Attempts(settings, self.runtime, self.client, self.recorder, wait_gate, self.now, self.log)
         self.attempts.metrics = self.metrics
@@ -149,7 +150,6 @@ class Worker:
             store_cap = settings.job_log_store_kb * 1024 if settings.job_log_store else None
             file_cap = settings.job_log_mb * 1024 * 1024
             self.attempts.outputs = Outputs(settings.logs_dir, self.name, file_cap, store_cap, history, self.log)
-        self._serve_metrics()
         self.registry = HostRegistry(self.client, self.name, log=self.log, progress=self._live_facts)
         self.epoch = EpochWatch(self.client, self.now, self.log)
         if self.beat_ms is not None:
@@ -171,6 +171,10 @@ class Worker:
             self.registry.publish,
             triggers,
             self.log,
+        )
+        control = self.control
+        self.metrics.start(
+            settings.metrics_addr, lambda: len(self.running), settings.concurrency, lambda: control.draining, self.log
         )
 
     async def _wind_down(
@@ -262,6 +266,7 @@ class Worker:
         self.pickup = Pickup(
             own_first, settings.concurrency, self.idle_poll_s, stealer, settings.steal, self.log, self.metrics
         )
+        self.pickup.blocked = lambda: self.recorder.blocked  # a worker that cannot record takes no new work
 
     async def _health(self) -> str:
         """Returns why the worker cannot go on: Docker gone with no job to wait for, or the store gone too long."""
@@ -309,18 +314,6 @@ class Worker:
                 confirm = partial(beating, self.client, now_ms=self.now())  # the snapshot may lag a new peer
                 if removed := await self.runtime.sweep_orphans(alive, confirm):
                     self.log("orphans_removed", {"count": removed})
-
-    def _serve_metrics(self) -> None:
-        address = self.settings.metrics_addr
-        if not address:
-            return
-        self.metrics.live(lambda: len(self.running), self.settings.concurrency, lambda: self.control.draining)
-        try:
-            self.metrics.serve(address)
-        except OSError as error:  # a taken port costs the metrics, never the worker
-            self.log("metrics_unavailable", {"reason": describe(error)})
-            return
-        self.log("metrics_serving", {"address": address})
 
     async def _drain(self) -> None:
         """Take nothing new; let running containers finish within the grace, then stop them and put their jobs back."""

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.metrics import new_registry
+from pi_dispatch.infra.valkey import describe
 
 # How the worker's log names an attempt's end, and the outcome label each one counts under.
 OUTCOME_EVENTS: Final = {
@@ -196,6 +197,20 @@ class WorkerMetrics:
         if self.enabled:
             for state, count in counts.items():
                 self.queue_jobs.labels(queue, state).set(count)
+
+    def start(
+        self, address: str, running: Callable[[], int], slots: int, draining: Callable[[], bool], log: EventLog
+    ) -> None:
+        """Serve on address (empty: not at all); a taken port costs the metrics, never the worker."""
+        if not address:
+            return
+        self.live(running, slots, draining)
+        try:
+            self.serve(address)
+        except OSError as error:
+            log("metrics_unavailable", {"reason": describe(error)})
+            return
+        log("metrics_serving", {"address": address})
 
     def serve(self, address: str) -> None:
         """Expose /metrics on host:port (a thread of prometheus-client's own server)."""

@@ -42,6 +42,7 @@ RETRY_FIRST_S: Final = 0.25  # after a store error; doubled up to RETRY_CEILING_
 # A store that fails over is back within seconds: retrying at most a second apart finds the new primary at once
 # (a try costs one connection attempt), and the jitter keeps a fleet's workers from retrying in step.
 RETRY_CEILING_S: Final = 1.0
+BLOCKED_RECHECK_S: Final = 1.0  # how soon a worker that could not record looks again (the beat retries the disk)
 Marker = tuple[bytes, bytes, float]  # (key, member, score) as BZPOPMIN answers
 
 
@@ -57,6 +58,7 @@ class Pickup:
     log: EventLog = discard
     metrics: WorkerMetrics = field(default_factory=lambda: WorkerMetrics(enabled=False))
     held: dict[str, str] = field(default_factory=dict)  # job id -> the queue it was taken from
+    blocked: Callable[[], bool] = lambda: False  # a run's record waits for the disk: take nothing new meanwhile
     idle_counted_s: float = 0.0  # free slot-seconds while a job this host could run waited on a peer
     steals: int = 0
     _freed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -104,6 +106,9 @@ class Pickup:
                     await consumer.lockManager.close()
 
     async def _step(self) -> None:
+        if self.blocked():
+            await asyncio.sleep(BLOCKED_RECHECK_S)
+            return
         if self._paused():
             for consumer in self.consumers:
                 await consumer.resume_event.wait()
@@ -128,7 +133,7 @@ class Pickup:
         Slots that fill say at once whether work still waits on the own queue, for idle peers to steal."""
         due_ms, was_free = 0, self.free
         for consumer in self.consumers:
-            while self.free > 0 and not self._paused() and not self._closing():
+            while self.free > 0 and not self._paused() and not self._closing() and not self.blocked():
                 asked.add(consumer.name)
                 consumer.blockUntil = 0
                 token = self._token(consumer)

@@ -148,7 +148,7 @@ def full_disk(tmp_path: Path) -> Any:
 
 @pytest.mark.docker
 @pytest.mark.redis
-async def test_a_full_logs_disk_loses_no_record(
+async def test_a_full_logs_disk_loses_no_record_across_a_stop_and_a_restart(
     tmp_path: Path,
     valkey_url: str,
     client: aioredis.Redis,
@@ -156,6 +156,8 @@ async def test_a_full_logs_disk_loses_no_record(
     full_disk: Any,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    from pi_dispatch.core.keys import run_spill_key
+
     mount, filler = full_disk
     env = worker_env(tmp_path, valkey_url, job_image, "full")
     env["PI_LOGS_DIR"] = str(mount)
@@ -165,14 +167,27 @@ async def test_a_full_logs_disk_loses_no_record(
         async with running_worker(settings_of(env), beat_ms=500) as w:
             for job_id in ids:  # refused at once: no container, only a record to write
                 await queue.add("github", {**forge_job(1), "image": "not-allowed:1"}, {"jobId": job_id})
-            states = await settled(queue, ids, 60)
+            deadline = asyncio.get_running_loop().time() + 30
+            while not w.worker.recorder.unwritten and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(2)  # long enough to take more, were it still taking work
             refused = [fields for event, fields in w.events.events if event == "run_record_failed"]
             assert refused and refused[0]["reason"] == "ENOSPC"  # said why, never the path
-            assert len(w.worker.recorder.unwritten) == 20
-            filler.unlink()  # the disk has room again
+            unrecorded = len(w.worker.recorder.unwritten)
+            assert 1 <= unrecorded <= 2  # what it had taken when the disk refused; nothing new since
+            assert await queue.getJobCountByTypes("waiting") == 20 - unrecorded
+        # stopped with the disk still full: the records are kept in the store, not lost with the process
+        assert await client.hlen(run_spill_key("full")) == unrecorded
+        async with running_worker(settings_of(env), beat_ms=500) as again:
+            assert len(again.worker.recorder.unwritten) == unrecorded  # taken back at boot, still waiting for room
+            filler.unlink()  # the disk has room again: the records are written, then the rest of the work runs
+            states = await settled(queue, ids, 60)
             deadline = asyncio.get_running_loop().time() + 30
-            while w.worker.recorder.unwritten and asyncio.get_running_loop().time() < deadline:
+            while again.worker.recorder.unwritten and asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.2)
+            await again.worker.recorder.settle()
+        assert "run_records_recovered" in again.events.names()
+        assert await client.hlen(run_spill_key("full")) == 0
         figures = Figures("full-disk", tried=20)
         account(figures, ids, states, mount)
     finally:
