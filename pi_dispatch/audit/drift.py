@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Final
 
 from pi_dispatch.audit.findings import Finding
 from pi_dispatch.core.capabilities import ROUTE_FRESH_MS, is_draining
-from pi_dispatch.core.jscompat import iso_string
+from pi_dispatch.core.jscompat import iso_string, js_number
 from pi_dispatch.fleet.backlog import idle_capable
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
 from pi_dispatch.fleet.liveness import not_draining
@@ -222,3 +223,22 @@ def idle_slot_findings(
         )
         for idle in idle_capable(live_rows, waiting, after_ms, HOST_BEAT_MS)
     ]
+
+
+def clock_findings(live_rows: Sequence[Mapping[str, object]], max_ms: Mapping[str, int]) -> list[Finding]:
+    """A live host whose clock is further from the store's than its bound (the row's `clockOffsetMs`)."""
+    found = []
+    for row in live_rows:
+        name, offset = str(row.get("name")), js_number(row.get("clockOffsetMs"))
+        if math.isfinite(offset) and abs(offset) > max_ms[name]:
+            found.append(
+                Finding(
+                    "clock-skew",
+                    f"worker {name}",
+                    f"its clock is {abs(offset) / 1000:.1f} s {'behind' if offset > 0 else 'ahead of'} the store's "
+                    f"(bound {max_ms[name] / 1000:g} s): it takes no job and does not re-home until it is back",
+                    "sync it (timedatectl set-ntp true; chronyc tracking)",
+                    (name,),
+                )
+            )
+    return found

@@ -68,6 +68,10 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         "warning",
         "the store has replicas but min-replicas-to-write 0: a primary cut off from them keeps taking writes it loses",
     ),
+    "clock-skew": (
+        "warning",
+        "a live host's clock is further from the store's than PI_CLOCK_SKEW_MAX_MS: it takes no job until synced",
+    ),
     "store-not-persistent": ("warning", "the store keeps no AOF and no snapshot: a restart loses every queue"),
     "store-reset": ("warning", "the store lost its data within the last week (the fleet's epoch was gone)"),
     "queue-silent-host": (

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pi_dispatch.audit.cron import cron_drift_findings, cron_findings
 from pi_dispatch.audit.drift import (
+    clock_findings,
     draining_findings,
     idle_slot_findings,
     invalid_row_findings,
@@ -23,7 +24,7 @@ from pi_dispatch.audit.drift import (
 from pi_dispatch.audit.findings import CODES, SEVERITIES, Finding, Report, Severity
 from pi_dispatch.audit.store import store_findings
 from pi_dispatch.config.hostvars import InventoryHost, host_problems
-from pi_dispatch.config.worker_settings import steal_after_ms
+from pi_dispatch.config.worker_settings import clock_skew_max_ms, steal_after_ms
 from pi_dispatch.core.capabilities import CAP_SECRET, DEFAULT_SECRET_TOKEN, job_needs, need_label, profile_variable
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.core.rehoming import rehome_after_ms
@@ -286,6 +287,11 @@ def audit(
         }
         findings += idle_slot_findings(live_rows, waiting, defaultdict(lambda: steal_after_ms(None), delays))
         findings += invalid_row_findings(invalid_rows)
+        bounds = {
+            host.worker_name: clock_skew_max_ms(inventory.declared("clock_skew_max_ms"))
+            for host, inventory in zip(fleet, hosts, strict=True)
+        }
+        findings += clock_findings(live_rows, defaultdict(lambda: clock_skew_max_ms(None), bounds))
         findings += cron_drift_findings(hosts, fleet, live_rows, cron_files)
         findings += store_findings(store, now_ms)
     findings += _placement_findings(triggers, fleet, down, liveness)

@@ -261,6 +261,15 @@ class WorkerSettings(DeclaredSettings):
         ge=0,
         le=3_600_000,
     )
+    clock_skew_max_ms: WholeMs = setting(
+        "PI_CLOCK_SKEW_MAX_MS",
+        5_000,
+        "How far this host's clock may be from the store's before it stops taking jobs and re-homing (judging "
+        "liveness and wait holds by a clock that far off would move live hosts' work or release holds early).",
+        f"{MS} from 100 to 3600000",
+        ge=100,
+        le=3_600_000,
+    )
     secret_resolve_timeout_ms: WholeMs = unbounded(
         "PI_SECRET_RESOLVE_TIMEOUT_MS", 10_000, "Per-reference secret resolver timeout."
     )
@@ -370,3 +379,9 @@ def steal_after_ms(declared: object) -> int:
     """The stealing delay a host runs with, from what its inventory declares (the default when nothing)."""
     value = declared if isinstance(declared, int) and not isinstance(declared, bool) else None
     return value if value is not None else int(WorkerSettings.model_fields["steal_after_ms"].default)
+
+
+def clock_skew_max_ms(declared: object) -> int:
+    """The clock-skew bound a host runs with, from what its inventory declares (the default when nothing)."""
+    value = declared if isinstance(declared, int) and not isinstance(declared, bool) else None
+    return value if value is not None else int(WorkerSettings.model_fields["clock_skew_max_ms"].default)

@@ -12,9 +12,11 @@ from typing import Final
 NUMBERS: Final = frozenset(
     {"beatAt", "startedAt", "polledAt", "tookAt", "concurrency", "pid", "cronCount", "jobsMore", "slotsFree"}
 )
+SIGNED: Final = frozenset({"clockOffsetMs"})  # this port's: the store's clock minus the host's, either way
 FLAGS: Final = frozenset({"routes", "draining"})  # "true" or anything else
 LISTS: Final = frozenset({"caps"})  # comma separated tokens
 JSON_LISTS: Final = frozenset({"jobs"})  # a JSON array the worker writes
+CLOCK_SHOWN_MS: Final = 1_000  # a host's clock offset worth showing beside its beat
 
 
 def _number(text: str) -> int | None:
@@ -37,6 +39,9 @@ def typed_row(row: Mapping[str, object]) -> dict[str, object]:
             typed[key] = value
         elif key in NUMBERS:
             typed[key] = _number(value)
+        elif key in SIGNED:
+            magnitude = _number(value.removeprefix("-"))
+            typed[key] = None if magnitude is None else (-magnitude if value.startswith("-") else magnitude)
         elif key in FLAGS:
             typed[key] = value == "true"
         elif key in LISTS:
@@ -46,3 +51,11 @@ def typed_row(row: Mapping[str, object]) -> dict[str, object]:
         else:
             typed[key] = value
     return typed
+
+
+def clock_note(row: Mapping[str, object]) -> str:
+    """' (clock N s ahead)' or behind, the host's clock against the store's when a second or more off."""
+    offset = typed_row({"clockOffsetMs": row.get("clockOffsetMs", "")}).get("clockOffsetMs")
+    if not isinstance(offset, int) or abs(offset) < CLOCK_SHOWN_MS:
+        return ""
+    return f" (clock {abs(offset) / 1000:.0f} s {'behind' if offset > 0 else 'ahead'})"

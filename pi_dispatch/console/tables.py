@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pi_dispatch.audit.placement import SEVERITIES, Report
+from pi_dispatch.console.rowview import clock_note
 from pi_dispatch.console.terminal import keep_whole, plain, visible
 from pi_dispatch.core.capabilities import is_draining
 from pi_dispatch.core.jscompat import iso_string
@@ -82,7 +83,7 @@ def print_hosts(
             visible(seen.name),
             visible(f"{seen.routes} (draining)" if is_draining(host) else seen.routes),
             visible(seen.caps or "-"),
-            visible(f"{int(stale) / 1000:.0f} s" if isinstance(stale, int) else "undatable"),
+            visible((f"{int(stale) / 1000:.0f} s" if isinstance(stale, int) else "undatable") + clock_note(host)),
             *(visible(host.get(field, "")) for field in ("version", "tz", "concurrency", "slotsFree")),
             visible(shown_count((could_run or {}).get(seen.name))),
         )

@@ -27,7 +27,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from pi_dispatch.console.rowview import typed_row
+from pi_dispatch.console.rowview import clock_note, typed_row
 from pi_dispatch.console.terminal import keep_whole, plain, visible
 from pi_dispatch.core.capabilities import is_draining, is_live, is_stuck
 from pi_dispatch.core.jscompat import finite, iso_string, js_number
@@ -167,7 +167,7 @@ def hosts_table(frame: Frame, rows: int = 0) -> Table:
         table.add_column(column, overflow="fold")
     for row in chosen:
         stale = row.get("staleMs")
-        beat = f"{int(stale) // 1000} s ago" if isinstance(stale, int) else "undatable"
+        beat = (f"{int(stale) // 1000} s ago" if isinstance(stale, int) else "undatable") + clock_note(row)
         draining = not_draining(row, frame.at_ms)
         table.add_row(
             visible(row.get("name")),

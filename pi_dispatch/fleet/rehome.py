@@ -136,6 +136,7 @@ class Rehomer:
     lock_duration_ms: int
     log: EventLog = discard
     now: Callable[[], int] = wall_ms
+    paused: Callable[[], bool] = lambda: False  # while true, no sweep (a clock too far from the store's)
     _bullmq: Any = field(default=None, repr=False)  # BullMQ's connection, for its stalled-job script
     # silent hosts whose last attempt found nothing movable: what their queue held then, and when
     _settled: dict[str, tuple[QueueHeld, int]] = field(default_factory=dict, repr=False)
@@ -153,6 +154,8 @@ class Rehomer:
                 await asyncio.wait_for(stop.wait(), self.interval_s)
             if stop.is_set():
                 return
+            if self.paused():
+                continue
             try:
                 await self.sweep(hold=True)
             except Exception as error:  # an outage: the next sweep tries again

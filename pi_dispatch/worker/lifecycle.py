@@ -42,6 +42,7 @@ from pi_dispatch.triggers.file import Trigger
 from pi_dispatch.triggers.schedules import load_cron
 from pi_dispatch.triggers.watch import TriggerWatch
 from pi_dispatch.worker.attempts import Attempts
+from pi_dispatch.worker.clockwatch import ClockWatch
 from pi_dispatch.worker.containers import STOP_GRACE_S, ContainerRuntime
 from pi_dispatch.worker.control import Control
 from pi_dispatch.worker.cron import CronSchedules
@@ -102,6 +103,10 @@ class Worker:
             await bounded(self.client.ping(), 5)
         except Exception as error:
             return await self._end(f"Valkey is unreachable ({describe(error)})")
+        self.clock = ClockWatch(settings.clock_skew_max_ms, self.log, self.now)
+        await self.clock.measure(self.client)
+        self.now = self.clock.now  # every judgment of time the fleet shares is on the store's clock
+        self.metrics.clock(lambda: self.clock.offset_ms)
         self._assemble(store, triggers)
         await self.recorder.recover()  # records an earlier run could not write: kept in the store until written
         await self._start_consumers(store)
@@ -150,13 +155,14 @@ class Worker:
             store_cap = settings.job_log_store_kb * 1024 if settings.job_log_store else None
             file_cap = settings.job_log_mb * 1024 * 1024
             self.attempts.outputs = Outputs(settings.logs_dir, self.name, file_cap, store_cap, history, self.log)
-        self.registry = HostRegistry(self.client, self.name, log=self.log, progress=self._live_facts)
+        self.registry = HostRegistry(self.client, self.name, log=self.log, progress=self._live_facts, now=self.now)
         self.epoch = EpochWatch(self.client, self.now, self.log)
         if self.beat_ms is not None:
             self.registry.beat_ms = self.beat_ms
         self.rehomer = Rehomer(
             self.client, store, settings.rehome_after_ms, settings.lock_duration_ms, self.log, self.now
         )
+        self.rehomer.paused = lambda: self.clock.skewed  # silence judged by a clock that far off moves live work
         self.control = Control(
             self.client, self.name, self.attempts, lambda: self.bullmq_workers, self.registry.publish,
             self._move_own_queue, self.now, self.log,
@@ -266,7 +272,7 @@ class Worker:
         self.pickup = Pickup(
             own_first, settings.concurrency, self.idle_poll_s, stealer, settings.steal, self.log, self.metrics
         )
-        self.pickup.blocked = lambda: self.recorder.blocked  # a worker that cannot record takes no new work
+        self.pickup.blocked = lambda: self.recorder.blocked or self.clock.skewed  # cannot record, or off the clock
 
     async def _health(self) -> str:
         """Returns why the worker cannot go on: Docker gone with no job to wait for, or the store gone too long."""
@@ -299,6 +305,7 @@ class Worker:
                 last_poll_ms = max((bull.polled_at_ms for bull in self.bullmq_workers), default=0)
                 await self.metrics.measure(self.client, self.queues, self.registry.last_beat_ms, last_poll_ms)
             await self.control.beat()
+            await self.clock.measure(self.client)
             with contextlib.suppress(Exception):  # a store away says nothing of its data; the next beat reads again
                 self.cron.pending |= await self.epoch.check()  # the schedulers went with the data: made again below
             down_s = self.registry.unreachable_for()
@@ -349,7 +356,7 @@ class Worker:
         concurrency = self.settings.concurrency
         held = len(self.pickup.held)
         progress = progress_facts(self.bullmq_workers, self.attempts.running_since, concurrency, self.stuck, held)
-        return progress | dict(self.cron.row_facts()) | self.control.row_facts()
+        return progress | dict(self.cron.row_facts()) | self.control.row_facts() | dict(self.clock.row_facts())
 
     async def _move_own_queue(self) -> int:
         """A drain's move: what waits on this host's own queue, to live capable peers (a nameless host has none)."""

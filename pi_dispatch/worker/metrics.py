@@ -79,6 +79,12 @@ class WorkerMetrics:
         self.draining = Gauge(
             "pi_dispatch_draining", "1 while an operator drains this host (pi-dispatch drain).", registry=registry
         )
+        self.clock_offset = Gauge(
+            "pi_dispatch_clock_offset_seconds",
+            "The store's clock minus this host's, measured with TIME each beat (past PI_CLOCK_SKEW_MAX_MS the host "
+            "takes no job and does not re-home).",
+            registry=registry,
+        )
         self.mirror_failures = Counter(
             "pi_dispatch_mirror_failures", "Run records the fleet mirror did not take.", registry=registry
         )
@@ -167,6 +173,11 @@ class WorkerMetrics:
             self.running.set_function(running)
             self.slots.set(slots)
             self.draining.set_function(lambda: float(draining()))
+
+    def clock(self, offset_ms: Callable[[], int]) -> None:
+        """The clock offset gauge, read when scraped."""
+        if self.enabled:
+            self.clock_offset.set_function(lambda: offset_ms() / 1000)
 
     def beat(self, at_s: float) -> None:
         if self.enabled:

@@ -147,10 +147,19 @@ def row(name: str, caps: str = "", routes: str = "true", stale: int = 0, **extra
             "digest-mismatch",
         ),
         ([row("mini1", "s:prod,w:ci", version="0.2.0"), row("mini2", "s:prod,w:ci", version="0.1.0")], "version-mixed"),
+        ([row("mini1", "s:prod,w:ci", clockOffsetMs="-90000"), row("mini2", "s:prod,w:ci")], "clock-skew"),
     ],
 )
 def test_live_codes(rows: list[dict[str, object]], expected: str) -> None:
     assert expected in codes(audit(FLEET[:2], [], live_rows=rows, live_state="ok"))
+
+
+def test_a_clock_within_its_bound_is_no_finding_and_one_past_it_says_which_way() -> None:
+    rows = [row("mini1", "s:prod,w:ci", clockOffsetMs="4000"), row("mini2", "s:prod,w:ci", clockOffsetMs="junk")]
+    assert "clock-skew" not in codes(audit(FLEET[:2], [], live_rows=rows, live_state="ok"))
+    rows[0]["clockOffsetMs"] = "90000"
+    (finding,) = [f for f in audit(FLEET[:2], [], live_rows=rows, live_state="ok").findings if f.code == "clock-skew"]
+    assert finding.hosts == ("mini1",) and "90.0 s behind the store's" in finding.message
 
 
 def test_live_down_host_turns_single_point_of_failure_into_refusal() -> None:
