@@ -13,7 +13,7 @@ from rich.text import Text
 from pi_dispatch.audit.placement import SEVERITIES, Report
 from pi_dispatch.console.rowview import clock_note
 from pi_dispatch.console.terminal import keep_whole, plain, visible
-from pi_dispatch.core.capabilities import is_draining
+from pi_dispatch.core.capabilities import is_draining, unhealthy_reason
 from pi_dispatch.core.jscompat import iso_string
 from pi_dispatch.fleet.backlog import shown_count
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
@@ -81,7 +81,7 @@ def print_hosts(
         seen = FleetHost.of_row(host)
         table.add_row(
             visible(seen.name),
-            visible(f"{seen.routes} (draining)" if is_draining(host) else seen.routes),
+            visible(_routes(host, seen.routes)),
             visible(seen.caps or "-"),
             visible((f"{int(stale) / 1000:.0f} s" if isinstance(stale, int) else "undatable") + clock_note(host)),
             *(visible(host.get(field, "")) for field in ("version", "tz", "concurrency", "slotsFree")),
@@ -95,6 +95,14 @@ def print_hosts(
         for row in invalid:
             refused.add_row(visible(row.member), visible(row.reason))
         console.print(keep_whole(refused, "registry entry"), crop=False)
+
+
+def _routes(host: Mapping[str, object], routes: str) -> str:
+    """The routes flag, and why a live host takes nothing now: drained, or unhealthy and why."""
+    if is_draining(host):
+        return f"{routes} (draining)"
+    reason = unhealthy_reason(host)
+    return f"{routes} (unhealthy: {reason})" if reason else routes
 
 
 def print_host_queues(console: Console, queues: list[HostQueue], after_ms: int, now_ms: int) -> None:

@@ -29,7 +29,7 @@ from rich.text import Text
 
 from pi_dispatch.console.rowview import clock_note, typed_row
 from pi_dispatch.console.terminal import keep_whole, plain, visible
-from pi_dispatch.core.capabilities import is_draining, is_live, is_stuck
+from pi_dispatch.core.capabilities import is_draining, is_live, is_stuck, unhealthy_reason
 from pi_dispatch.core.jscompat import finite, iso_string, js_number
 from pi_dispatch.core.keys import SHARED_QUEUE
 from pi_dispatch.fleet.backlog import BACKLOG_READ, runnable, shown_count
@@ -127,6 +127,8 @@ def _routable(row: Mapping[str, object]) -> Text:
         return Text("no: stuck", style="red")
     if is_draining(row):
         return Text("no: draining", style="yellow")
+    if reason := unhealthy_reason(row):
+        return Text(f"no: unhealthy ({plain(reason)})", style="red")
     if FleetHost.of_row(row).routes != "true":
         return Text("shared only", style="yellow")
     return Text("yes", style="green")

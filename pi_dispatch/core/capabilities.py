@@ -116,10 +116,22 @@ def is_draining(host: object) -> bool:
     return flag is True or flag == "true"
 
 
+# A row's `unhealthy` (this port's own field) says why the host cannot run jobs now (its folders, its image, its
+# Docker daemon): it takes nothing until its own probe finds the cause gone. A Node reader ignores the field.
+def unhealthy_reason(host: object) -> str:
+    reason = get(host, "unhealthy")
+    return reason if isinstance(reason, str) else ""
+
+
+def out_of_service(host: object) -> bool:
+    """Whether a live host takes no new job: drained by an operator, or unhealthy by its own account."""
+    return is_draining(host) or unhealthy_reason(host) != ""
+
+
 def serving_caps(host: object) -> set[str]:
-    """The capabilities a host can serve now: its caps, or none while its consumer is stuck or it is draining (it
-    stays live, so it still counts against the every-host-can abstention)."""
-    return set() if is_stuck(host) or is_draining(host) else parse_caps(get(host, "caps"))
+    """The capabilities a host can serve now: its caps, or none while its consumer is stuck, it is draining or it
+    is unhealthy (it stays live, so it still counts against the every-host-can abstention)."""
+    return set() if is_stuck(host) or out_of_service(host) else parse_caps(get(host, "caps"))
 
 
 def _routes(host: object) -> bool:
@@ -216,6 +228,7 @@ class HostVerdict:
     chosen: bool = False
     stuck: bool = False
     draining: bool = False
+    unhealthy: str = ""
     abstained: bool = False  # no host was chosen: the job stays on the shared queue
 
     @property
@@ -230,6 +243,8 @@ class HostVerdict:
             return "its queue consumer is stuck (it takes no job until it restarts)"
         if self.draining:
             return "it is draining (it takes no job until `pi-dispatch resume`)"
+        if self.unhealthy:
+            return f"it is unhealthy ({self.unhealthy}; it takes no job until its probe finds the cause gone)"
         if self.lacks:
             return "lacks " + ", ".join(self.lacks)
         if not self.routes:
@@ -281,6 +296,7 @@ def explain_route(
                 chosen=chosen is not None and name == chosen,
                 stuck=is_stuck(host),
                 draining=is_draining(host),
+                unhealthy=unhealthy_reason(host),
                 abstained=chosen is None,
             )
         )

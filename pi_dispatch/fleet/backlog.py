@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from pi_dispatch.core.capabilities import is_draining, is_live, job_needs, serving_caps
+from pi_dispatch.core.capabilities import is_live, job_needs, out_of_service, serving_caps
 from pi_dispatch.core.jscompat import finite, js_number
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
 from pi_dispatch.fleet.hosts import FleetHost
@@ -70,7 +70,7 @@ def runnable(rows: Sequence[Mapping[str, object]], waiting: Sequence[Waiting]) -
     grouped = _Grouped.of(waiting)
     counts = {}
     for row in rows:
-        if not is_live(row) or is_draining(row):
+        if not is_live(row) or out_of_service(row):
             continue
         name, caps = str(row.get("name")), serving_caps(row)
         queue = host_queue_name(name)
@@ -107,7 +107,7 @@ def idle_capable(
     found = []
     for row in rows:
         free, beat = js_number(row.get("slotsFree")), js_number(row.get("beatAt"))
-        if not is_live(row) or is_draining(row) or not finite(free) or free < 1 or not finite(beat):
+        if not is_live(row) or out_of_service(row) or not finite(free) or free < 1 or not finite(beat):
             continue
         name = str(row.get("name"))
         own, caps, steals = host_queue_name(name), serving_caps(row), FleetHost.of_row(row).routes == "true"

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from pi_dispatch.core.capabilities import CONSUMER_STUCK, is_draining, is_live, is_stuck
+from pi_dispatch.core.capabilities import CONSUMER_STUCK, is_live, is_stuck, out_of_service
 from pi_dispatch.core.jscompat import finite, js_number
 from pi_dispatch.fleet.registry import HOST_BEAT_MS
 
@@ -106,7 +106,7 @@ class NotDraining:
 def not_draining(row: Mapping[str, object], now_ms: int) -> NotDraining | None:
     """Whether a registry row (as `read_live_hosts` gives it) shows a live host that does not drain its queue.
     A row from a reader without progress fields (the Node reference) is never flagged."""
-    if not is_live(row) or is_draining(row):  # an operator's drain takes no job on purpose
+    if not is_live(row) or out_of_service(row):  # drained or unhealthy: it takes no job on purpose
         return None
     polled, free = js_number(row.get("polledAt")), js_number(row.get("slotsFree"))
     polled_ago_s = (now_ms - polled) / 1000 if finite(polled) and polled > 0 else None

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from pi_dispatch.core.capabilities import is_draining, is_live, parse_caps
+from pi_dispatch.core.capabilities import is_live, out_of_service, parse_caps
 from pi_dispatch.core.jobs import LOCAL_KIND
 from pi_dispatch.core.keys import STEAL_OFFERS, bull_key, host_queue_name, worker_of_queue
 from pi_dispatch.fleet.moves import ROUTED_FIELD, STOLEN_FIELD, JobMover
@@ -117,9 +117,9 @@ def peer_queues(
     caps: frozenset[str],
 ) -> list[str]:
     """The offered queues a steal may take from, at most QUEUES_READ: a live peer's that is not draining (a silent
-    host's queue is re-homing's; a draining one's moves anyway; a stuck one's is just where a steal helps) and that
-    shares a capability with this host (a job routed to a peer needs some of the peer's capabilities; one this
-    host can run needs only its own). Without rows to judge by, the oldest offers."""
+    host's queue is re-homing's; a draining or unhealthy one's moves anyway; a stuck one's is just where a steal
+    helps) and that shares a capability with this host (a job routed to a peer needs some of the peer's
+    capabilities; one this host can run needs only its own). Without rows to judge by, the oldest offers."""
     by_name = {str(row.get("name")): row for row in rows} if rows is not None else None
     chosen = []
     for queue, _ in offers:
@@ -128,7 +128,7 @@ def peer_queues(
             continue
         if by_name is not None:
             row = by_name.get(host)
-            if row is None or not is_live(row) or is_draining(row) or not parse_caps(row.get("caps")) & caps:
+            if row is None or not is_live(row) or out_of_service(row) or not parse_caps(row.get("caps")) & caps:
                 continue
         chosen.append(queue)
     return chosen[:QUEUES_READ]

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pi_dispatch.core.capabilities import capability_tokens, job_needs
 from pi_dispatch.core.jobbounds import job_refusal
@@ -39,6 +39,7 @@ from pi_dispatch.worker.containers import (
 )
 from pi_dispatch.worker.fencing import LockFence
 from pi_dispatch.worker.history import RunRecorder
+from pi_dispatch.worker.hosthealth import HostHealth, unwritable
 from pi_dispatch.worker.jobdirs import write_job_dir
 from pi_dispatch.worker.metrics import WorkerMetrics
 from pi_dispatch.worker.oneshot import OneShots
@@ -83,6 +84,7 @@ class Attempts:
     metrics: WorkerMetrics = field(default_factory=lambda: WorkerMetrics(enabled=False))
     one_shots: OneShots | None = None  # spends a one-shot rule once its run's record is written
     outputs: Outputs | None = None  # where attempts' output is kept (None: PI_CAPTURE_JOB_LOGS=0)
+    health: HostHealth | None = None  # marked unhealthy by a cause on the host's side (the job is put back)
     started: set[str] = field(default_factory=set)  # job ids whose attempt is under way here, gates included
     cancelled: set[str] = field(default_factory=set)  # job ids an operator cancelled while they were here
 
@@ -206,6 +208,12 @@ class Attempts:
         fence = LockFence(self.client, queue, str(job.id), token, self.settings.lock_duration_ms)
         return await self._run_container(job, image, data, secrets, fence)
 
+    def _host_fault(self, reason: str) -> NoReturn:
+        """A cause on this host's side: the host is marked unhealthy and the job goes back, its attempt unspent."""
+        if self.health is not None:
+            self.health.fault(reason)
+        raise PutBack
+
     def _refused(self, job: QueuedJob, refusal: Refusal) -> dict[str, object]:
         fields: dict[str, object] = {"jobId": str(job.id), "reason": refusal.reason}
         if refusal.profile is not None:
@@ -244,7 +252,10 @@ class Attempts:
         self, job: QueuedJob, image: str, data: Mapping[str, Any], secrets: Mapping[str, str], fence: LockFence
     ) -> dict[str, object]:
         settings, job_id = self.settings, str(job.id)
-        job_dir = await asyncio.to_thread(write_job_dir, settings.jobs_dir, self.name, job_id, data)
+        try:
+            job_dir = await asyncio.to_thread(write_job_dir, settings.jobs_dir, self.name, job_id, data)
+        except OSError as error:
+            self._host_fault(unwritable("PI_JOBS_DIR", error))
         spec = self._spec(job, image, data, secrets, job_dir)
         stop = StopRequest()
         self.running[job_id], self.running_since[job_id] = stop, self.now()
@@ -262,9 +273,11 @@ class Attempts:
         try:
             end = await self.runtime.run(spec, output=output.sink if output else None, stop=stop)
         except ImageMissing:
+            if image == settings.job_image:  # the host's own image gone: the host's fault, not the job's
+                self._host_fault("PI_JOB_IMAGE is not on this host")
             raise JobFailure(Reason.JOB_IMAGE_MISSING, retry=True) from None
         except DockerUnavailable:
-            raise JobFailure(Reason.INFRA, retry=True) from None
+            self._host_fault("the Docker daemon does not answer")
         finally:
             watching.cancel()
             self.running.pop(job_id, None)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Final, cast
 
 if TYPE_CHECKING:
     from pi_dispatch.config.worker_settings import WorkerSettings
+    from pi_dispatch.infra.events import EventLog
 
 # What the worker reads of its settings besides their fields.
 SETTINGS_PROPERTIES: Final = ("worker_name_declared",)
@@ -50,7 +51,6 @@ def run(env_file: Path | None) -> int:
     """Check the settings (a config error raises here, before anything connects) and run the worker until SIGTERM;
     returns its exit status."""
     from pi_dispatch.infra.events import json_lines
-    from pi_dispatch.worker.lifecycle import serve
 
     settings = checked_settings(env_file)
     log = json_lines(settings.worker_name)
@@ -64,3 +64,28 @@ def run(env_file: Path | None) -> int:
         return await serve(settings, log, stop)
 
     return asyncio.run(until_stopped())
+
+
+def settings_summary(settings: WorkerSettings) -> dict[str, object]:
+    """What the worker logs at boot: names and numbers, never a path or a secret."""
+    return {
+        "worker": settings.worker_name,
+        "declared": settings.worker_name_declared,
+        "secretProfiles": sorted(settings.secret_profiles),
+        "waitProfiles": sorted(settings.wait_profiles),
+        "concurrency": settings.concurrency,
+        "image": settings.job_image,
+    }
+
+
+async def serve(settings: WorkerSettings, log: EventLog, stop: asyncio.Event) -> int:
+    """Connect to Docker, run the worker until stop is set. Raises DockerUnavailable when Docker is not there."""
+    from pi_dispatch.infra.store import store_of
+    from pi_dispatch.worker.containers import ContainerRuntime
+    from pi_dispatch.worker.lifecycle import Worker
+
+    runtime = await asyncio.to_thread(
+        ContainerRuntime.connect, settings.worker_name, settings.concurrency, log, store_of(settings).fleet_id()
+    )
+    log("worker_config", settings_summary(settings))
+    return await Worker(settings, runtime, log).run(stop)

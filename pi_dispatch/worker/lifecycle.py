@@ -47,6 +47,7 @@ from pi_dispatch.worker.containers import STOP_GRACE_S, ContainerRuntime
 from pi_dispatch.worker.control import Control
 from pi_dispatch.worker.cron import CronSchedules
 from pi_dispatch.worker.history import RunRecorder, reap_logs
+from pi_dispatch.worker.hosthealth import HostHealth
 from pi_dispatch.worker.jobdirs import clear_job_dirs
 from pi_dispatch.worker.metrics import WorkerMetrics
 from pi_dispatch.worker.oneshot import OneShots
@@ -151,11 +152,14 @@ class Worker:
         self.attempts = Attempts(settings, self.runtime, self.client, self.recorder, wait_gate, self.now, self.log)
         self.attempts.metrics = self.metrics
         self.attempts.one_shots = OneShots(settings.triggers_file, self.log)
+        self.health = HostHealth(settings.jobs_dir, settings.logs_dir, settings.job_image, self.runtime, self.log)
+        self.attempts.health = self.health
         if settings.capture_job_logs:
             store_cap = settings.job_log_store_kb * 1024 if settings.job_log_store else None
             file_cap = settings.job_log_mb * 1024 * 1024
             self.attempts.outputs = Outputs(settings.logs_dir, self.name, file_cap, store_cap, history, self.log)
         self.registry = HostRegistry(self.client, self.name, log=self.log, progress=self._live_facts, now=self.now)
+        self.health.changed = self.registry.publish
         self.epoch = EpochWatch(self.client, self.now, self.log)
         if self.beat_ms is not None:
             self.registry.beat_ms = self.beat_ms
@@ -272,7 +276,8 @@ class Worker:
         self.pickup = Pickup(
             own_first, settings.concurrency, self.idle_poll_s, stealer, settings.steal, self.log, self.metrics
         )
-        self.pickup.blocked = lambda: self.recorder.blocked or self.clock.skewed  # cannot record, or off the clock
+        # no new work while it cannot record, its clock is off, or a cause on its side fails jobs
+        self.pickup.blocked = lambda: self.recorder.blocked or self.clock.skewed or self.health.unhealthy
 
     async def _health(self) -> str:
         """Returns why the worker cannot go on: Docker gone with no job to wait for, or the store gone too long."""
@@ -306,6 +311,10 @@ class Worker:
                 await self.metrics.measure(self.client, self.queues, self.registry.last_beat_ms, last_poll_ms)
             await self.control.beat()
             await self.clock.measure(self.client)
+            await self.health.probe()
+            if self.health.unhealthy:  # what waits on its own queue goes to peers, as a drain's does
+                with contextlib.suppress(Exception):
+                    await self._move_own_queue()
             with contextlib.suppress(Exception):  # a store away says nothing of its data; the next beat reads again
                 self.cron.pending |= await self.epoch.check()  # the schedulers went with the data: made again below
             down_s = self.registry.unreachable_for()
@@ -356,7 +365,8 @@ class Worker:
         concurrency = self.settings.concurrency
         held = len(self.pickup.held)
         progress = progress_facts(self.bullmq_workers, self.attempts.running_since, concurrency, self.stuck, held)
-        return progress | dict(self.cron.row_facts()) | self.control.row_facts() | dict(self.clock.row_facts())
+        facts = progress | dict(self.cron.row_facts()) | self.control.row_facts() | dict(self.clock.row_facts())
+        return facts | dict(self.health.row_facts())
 
     async def _move_own_queue(self) -> int:
         """A drain's move: what waits on this host's own queue, to live capable peers (a nameless host has none)."""
@@ -376,24 +386,3 @@ class Worker:
                 tz=host_zone(settings.tz),
             )
         )
-
-
-def settings_summary(settings: WorkerSettings) -> dict[str, object]:
-    """What the worker logs at boot: names and numbers, never a path or a secret."""
-    return {
-        "worker": settings.worker_name,
-        "declared": settings.worker_name_declared,
-        "secretProfiles": sorted(settings.secret_profiles),
-        "waitProfiles": sorted(settings.wait_profiles),
-        "concurrency": settings.concurrency,
-        "image": settings.job_image,
-    }
-
-
-async def serve(settings: WorkerSettings, log: EventLog, stop: asyncio.Event) -> int:
-    """Connect to Docker, run the worker until stop is set. Raises DockerUnavailable when Docker is not there."""
-    runtime = await asyncio.to_thread(
-        ContainerRuntime.connect, settings.worker_name, settings.concurrency, log, store_of(settings).fleet_id()
-    )
-    log("worker_config", settings_summary(settings))
-    return await Worker(settings, runtime, log).run(stop)

@@ -461,7 +461,7 @@ def test_a_config_error_exits_2_before_anything_connects(tmp_path: Path) -> None
 
 
 def test_the_worker_never_logs_a_profile_path(tmp_path: Path) -> None:
-    from pi_dispatch.worker.lifecycle import settings_summary
+    from pi_dispatch.worker.entry import settings_summary
 
     env = {"PI_WORKER_NAME": "m", "PI_SECRET_PROFILES": f"prod:{tmp_path}/r", "PI_WAIT_PROFILES": f"ci:{tmp_path}/c"}
     summary = json.dumps(settings_summary(settings_of(env)))
