@@ -5,6 +5,8 @@ receiver in a process of its own), with a goal and a reference measured in the s
              back, and how long after the loss (goal: all of them, within one beat, 15 s)
   oom-job    a job that holds 200 MiB in a 64 MiB container; figure: the reason its run is recorded with (goal:
              job-oom-killed, never retried)
+  unhealthy  two workers, one whose jobs folder is read-only (a read-only tmpfs), and 12 jobs on the shared queue;
+             figure: jobs failed for good (goal: 0), and how many the healthy one ran
   slowloris  2,000 sockets that send a request's headers a line at a time and reconnect when closed, from one
              address and then spread over a hundred; meanwhile a legitimate signed delivery every 0.25 s from
              another address. Figure: its latency (median and worst) against the same deliveries with no attack,
@@ -334,11 +336,61 @@ async def oom_job(workdir: Path, _sockets: int, round_number: int) -> Outcome:
     return Outcome([line], {"attempts spent": float(attempts or 0)}, ok)
 
 
+async def unhealthy(workdir: Path, _sockets: int, round_number: int) -> Outcome:
+    from bullmq import Queue
+
+    from pi_dispatch.fleet.enqueue import forge_job_options
+    from pi_dispatch.testing.jobs import forge_job
+
+    read_only = workdir / "read-only"
+    read_only.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(read_only)], check=True)
+    server = RedisServer(workdir)
+    server.start()
+    ids = [f"gh-unhealthy-{number}" for number in range(12)]
+    try:
+        with one_worker(workdir, server.url) as fleet:
+            fleet.start("sick", PI_JOBS_DIR=str(read_only))
+            queue = Queue("pi-jobs", {"connection": server.url})
+            try:
+                for number, job_id in enumerate(ids):
+                    job = forge_job(number)
+                    await queue.add("github", job, {**forge_job_options("github", job), "jobId": job_id})
+                deadline = time.monotonic() + 180
+                states = {}
+                while time.monotonic() < deadline:
+                    states = {job_id: await queue.getJobState(job_id) for job_id in ids}
+                    if all(state in ("completed", "failed") for state in states.values()):
+                        break
+                    await asyncio.sleep(0.5)
+            finally:
+                await queue.close()
+            ran = {name: len(read_records(workdir / name / "logs")) for name in ("mini1", "sick")}
+    finally:
+        server.stop()
+        subprocess.run(["umount", "-l", str(read_only)], check=False)
+    failed = sum(1 for state in states.values() if state == "failed")
+    completed = sum(1 for state in states.values() if state == "completed")
+    ok = failed == 0 and completed == len(ids)
+    line = (
+        f"{len(ids)} jobs: {completed} completed, {failed} failed for good; records on the healthy host "
+        f"{ran['mini1']}, on the unhealthy one {ran['sick']}" + ("" if ok else "  MISSED")
+    )
+    print(f"unhealthy round {round_number}: {line}", flush=True)
+    return Outcome([line], {"jobs failed for good": float(failed)}, ok)
+
+
 Scenario = Callable[[Path, int, int], Awaitable[Outcome]]
-SCENARIOS: dict[str, Scenario] = {"store-reset": store_reset, "oom-job": oom_job, "slowloris": slowloris}
+SCENARIOS: dict[str, Scenario] = {
+    "store-reset": store_reset,
+    "oom-job": oom_job,
+    "unhealthy": unhealthy,
+    "slowloris": slowloris,
+}
 GOALS = {
     "store-reset": f"every scheduler back within one beat ({BEAT_S:g} s)",
     "oom-job": "job-oom-killed, one attempt",
+    "unhealthy": "0 jobs failed for good",
     "slowloris": f"worst legitimate latency <= {LATENCY_GOAL_S:g} s, every delivery 202",
 }
 

@@ -94,7 +94,7 @@ async def test_hostile_jobs_through_a_real_worker(
     try:
         async with running_worker(settings_of(env)) as w:
             ids = await hostile_jobs(queue, client, JOBS)
-            states = await settled(queue, ids, timeout_s=60 + JOBS / 10)
+            states = await settled(queue, ids, timeout_s=60 + JOBS / 7)  # room for a loaded machine, not a goal
             figures.crashes += w.task.done()
             after = await queue.add("github", forge_job(1), {"jobId": "gh-still-works"})
             figures.crashes += (await finished_job(queue, str(after.id))).returnvalue["outcome"] != "completed"
