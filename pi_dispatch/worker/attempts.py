@@ -277,7 +277,9 @@ class Attempts:
                 self._host_fault("PI_JOB_IMAGE is not on this host")
             raise JobFailure(Reason.JOB_IMAGE_MISSING, retry=True) from None
         except DockerUnavailable:
-            self._host_fault("the Docker daemon does not answer")
+            if not await self.runtime.ping():  # the daemon itself is gone: the host's fault, not the job's
+                self._host_fault("the Docker daemon does not answer")
+            raise JobFailure(Reason.INFRA, retry=True) from None  # it refused this job's container: retried
         finally:
             watching.cancel()
             self.running.pop(job_id, None)

@@ -71,3 +71,19 @@ async def test_a_read_only_jobs_dir_puts_the_job_back_unspent_until_the_host_is_
         ]
     finally:
         await queue.close()
+
+
+async def test_a_container_the_daemon_refuses_for_the_jobs_own_sake_fails_the_job_not_the_host(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str
+) -> None:
+    env = worker_env(tmp_path, valkey_url, job_image, "fine")
+    queue = Queue("pi-jobs", {"connection": valkey_url})
+    try:
+        async with running_worker(settings_of(env), beat_ms=300) as w:
+            # a NUL in a field the container's environment carries: Docker refuses to create it, and answers pings
+            await queue.add("github", {**forge_job(1), "kind": "nul\x00byte"}, {"jobId": "gh-nul", "attempts": 1})
+            done = await finished_job(queue, "gh-nul")
+        assert done.attemptsMade == 1 and await queue.getJobState("gh-nul") == "failed"
+        assert "host_unhealthy" not in w.events.names()
+    finally:
+        await queue.close()
