@@ -11,6 +11,9 @@ receiver in a process of its own), with a goal and a reference measured in the s
              address and then spread over a hundred; meanwhile a legitimate signed delivery every 0.25 s from
              another address. Figure: its latency (median and worst) against the same deliveries with no attack,
              and how many it got answered 202. Goal: every one 202, the worst within 1 s.
+  spool      `pi-dispatch receiver` taking 20 signed deliveries a second while the store refuses every write for
+             10 s, SIGKILLed and started again halfway; figure: deliveries answered 202 whose job is not on the
+             queue once the store takes writes (goal: 0, and none answered 503), and how long the spool took to drain
 
 One line per scenario and round, then the median over rounds with its range. Exit 1 when a goal is missed.
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import statistics
@@ -380,18 +384,142 @@ async def unhealthy(workdir: Path, _sockets: int, round_number: int) -> Outcome:
     return Outcome([line], {"jobs failed for good": float(failed)}, ok)
 
 
+SPOOL_RATE_HZ = 20.0  # deliveries a second, each on a connection of its own
+SPOOL_CALM_S, SPOOL_REFUSING_S, SPOOL_AFTER_S = 2.0, 10.0, 3.0
+
+
+class ReceiverChild:
+    """`pi-dispatch receiver` in a process of its own, as systemd runs it, its log in the scenario's folder."""
+
+    def __init__(self, workdir: Path, env: dict[str, str], number: int) -> None:
+        self.log = workdir / f"receiver-{number}.log"
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "pi_dispatch", "receiver"], env=env, cwd=workdir, stdout=out, stderr=out
+            )
+
+    def events(self, name: str) -> list[dict[str, object]]:
+        lines = [line for line in self.log.read_text().splitlines() if line.startswith("{")]
+        return [event for event in map(json.loads, lines) if event.get("event") == name]
+
+    async def wait_for(self, name: str, timeout_s: float = 60) -> dict[str, object]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.process.poll() is None:
+            if found := self.events(name):
+                return found[-1]
+            await asyncio.sleep(0.05)
+        raise SystemExit(f"the receiver never said {name}; see {self.log}")
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(10)
+
+
+@dataclass
+class Flow:
+    """Signed deliveries at SPOOL_RATE_HZ, numbered from `numbers`, each answer's status kept (0: none)."""
+
+    port: int
+    numbers: Iterator[int]
+    answers: dict[int, int]
+
+    async def _one(self, number: int) -> None:
+        self.answers[number] = (await deliver(self.port, number))[1]
+
+    async def run(self, seconds: float) -> None:
+        sent = []
+        for _ in range(int(seconds * SPOOL_RATE_HZ)):
+            sent.append(asyncio.ensure_future(self._one(next(self.numbers))))
+            await asyncio.sleep(1 / SPOOL_RATE_HZ)
+        await asyncio.gather(*sent)
+
+
+async def _outage(workdir: Path, base: int, spool_mb: int) -> tuple[dict[int, int], set[int], float]:
+    """Deliveries at SPOOL_RATE_HZ while the store refuses every write for SPOOL_REFUSING_S (min-replicas-to-write
+    with no replica), the receiver SIGKILLed and started again halfway through; then the store takes writes. The
+    answers by delivery, the deliveries whose job is queued, and how long the spool took to drain."""
+    import redis
+    from footprint import fake_github, receiver_env
+
+    server = RedisServer(workdir)
+    server.start()
+    admin = redis.Redis.from_url(server.url)
+    answers: dict[int, int] = {}
+    drained_s = 0.0
+    try:
+        with fake_github() as api:
+            env = receiver_env(workdir, server.url, api) | {"WEBHOOK_SECRET": SECRET.decode()}
+            env |= {"PI_RECEIVER_SPOOL_DIR": str(workdir / "spool"), "PI_RECEIVER_SPOOL_MAX_MB": str(spool_mb)}
+            receiver = ReceiverChild(workdir, env, 1)
+            await receiver.wait_for("receiver_started")
+            flow = Flow(int(env["RECEIVER_PORT"]), itertools.count(base), answers).run
+            await flow(SPOOL_CALM_S)
+            admin.config_set("min-replicas-to-write", 1)
+            await flow(SPOOL_REFUSING_S / 2)
+            receiver.kill()
+            receiver = ReceiverChild(workdir, env, 2)
+            await receiver.wait_for("receiver_started")
+            await flow(SPOOL_REFUSING_S / 2)
+            admin.config_set("min-replicas-to-write", 0)
+            back = time.monotonic()
+            after = asyncio.ensure_future(flow(SPOOL_AFTER_S))  # deliveries go on meanwhile
+            if spool_mb:
+                await receiver.wait_for("spool_drained")
+                drained_s = time.monotonic() - back
+            await after
+            deadline = time.monotonic() + 30
+            while list((workdir / "spool").glob("*.json")) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            receiver.kill()
+    finally:
+        queued = {number for number in answers if admin.exists(f"bull:pi-jobs:gh-f{number}")}
+        admin.close()
+        server.stop()
+    return answers, queued, drained_s
+
+
+async def spool(workdir: Path, _sockets: int, round_number: int) -> Outcome:
+    """The outage with the spool, and the same outage with it off (PI_RECEIVER_SPOOL_MAX_MB=0: the reference's
+    answer, 503) as the reference measured in the same run."""
+    (workdir / "off").mkdir()
+    off, off_queued, _ = await _outage(workdir / "off", round_number * 1_000_000, 0)
+    answers, queued, drained_s = await _outage(workdir, round_number * 1_000_000 + 500_000, 64)
+    accepted = {number for number, status in answers.items() if status == 202}
+    refused = sum(1 for status in answers.values() if status == 503)
+    unanswered = sum(1 for status in answers.values() if status == 0)
+    lost = len(accepted - queued)
+    off_refused = sum(1 for status in off.values() if status == 503)
+    ok = lost == 0 and refused == 0
+    line = (
+        f"{len(answers)} deliveries, {SPOOL_REFUSING_S:g} s of refused writes with a receiver SIGKILLed: "
+        f"{len(accepted)} answered 202, {refused} answered 503, {unanswered} unanswered; "
+        f"{lost} answered 202 and not queued; the spool drained {drained_s:.1f} s after the store took writes. "
+        f"Spool off (the reference's answer): {off_refused} of {len(off)} answered 503, {len(off_queued)} queued"
+    ) + ("" if ok else "  MISSED")
+    print(f"spool round {round_number}: {line}", flush=True)
+    figures = {
+        "deliveries answered 202 and lost": float(lost),
+        "deliveries answered 503 with the spool": float(refused),
+        "deliveries answered 503 with the spool off": float(off_refused),
+        "seconds to drain the spool": drained_s,
+    }
+    return Outcome([line], figures, ok)
+
+
 Scenario = Callable[[Path, int, int], Awaitable[Outcome]]
 SCENARIOS: dict[str, Scenario] = {
     "store-reset": store_reset,
     "oom-job": oom_job,
     "unhealthy": unhealthy,
     "slowloris": slowloris,
+    "spool": spool,
 }
 GOALS = {
     "store-reset": f"every scheduler back within one beat ({BEAT_S:g} s)",
     "oom-job": "job-oom-killed, one attempt",
     "unhealthy": "0 jobs failed for good",
     "slowloris": f"worst legitimate latency <= {LATENCY_GOAL_S:g} s, every delivery 202",
+    "spool": "0 deliveries answered 202 and lost, none answered 503",
 }
 
 

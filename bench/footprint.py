@@ -125,6 +125,7 @@ def receiver_env(root: Path, url: str, api: str) -> dict[str, str]:
         "GITHUB_AUTH_SOURCE": "pat",
         "GITHUB_PAT": "bench-token",
         "PI_RECEIVER_HEALTH_ADDR": "",
+        "PI_RECEIVER_SPOOL_DIR": str(root / "spool"),
     }
 
 

@@ -145,6 +145,22 @@ class ReceiverSettings(DeclaredSettings):
         ge=1,
         le=65_536,
     )
+    spool_dir: FilePath = setting(
+        "PI_RECEIVER_SPOOL_DIR",
+        "spool",
+        "Where a verified delivery the store cannot take is kept (fsynced) until the store is back, relative to the "
+        "working directory unless absolute; created at boot, private to the receiver.",
+        "a path such as /var/lib/pi-dispatch-receiver/spool",
+    )
+    spool_max_mb: Whole = setting(
+        "PI_RECEIVER_SPOOL_MAX_MB",
+        64,
+        "How much the spool may hold, in MiB; past it a delivery is answered 503. 0: no spool (503 whenever the "
+        "store refuses).",
+        "a whole number from 0 to 65536",
+        ge=0,
+        le=65_536,
+    )
     health_addr: Address = setting(
         "PI_RECEIVER_HEALTH_ADDR",
         None,

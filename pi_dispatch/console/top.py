@@ -2,12 +2,12 @@
 
 A frame costs a few round trips whatever the store holds: the registry (SMEMBERS, then one pipelined HGETALL per
 host), the silent hosts (`rehome:silent`), every queue's counters, re-home clock and oldest waiting jobs in one
-(`fleet/queueview.py`; from those, how many each host could run, beside its used/total slots), and the newest
-mirrored runs (ZREVRANGEBYSCORE with a LIMIT, then MGET). The host queues read are those of the registry's
-routable hosts, of the silent hosts (a re-home sweep also SCANs for queues nobody registered, every ten minutes
-fleet-wide) and any seen before. A frame of a large fleet shows at most ROWS lines per table, what needs a look
-first, and says how many it left out. An unreachable store gives a frame that says so, and the next frame tries
-again.
+(`fleet/queueview.py`; from those, how many each host could run, beside its used/total slots), the newest
+mirrored runs (ZREVRANGEBYSCORE with a LIMIT, then MGET) and each receiver's line (one HGETALL). The host queues
+read are those of the registry's routable hosts, of the silent hosts (a re-home sweep also SCANs for queues nobody
+registered, every ten minutes fleet-wide) and any seen before. A frame of a large fleet shows at most ROWS lines
+per table, what needs a look first, and says how many it left out. An unreachable store gives a frame that says
+so, and the next frame tries again.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from pi_dispatch.fleet.hosts import FleetHost, HostQueue
 from pi_dispatch.fleet.liveness import not_draining
 from pi_dispatch.fleet.mirror import read_mirrored_runs
 from pi_dispatch.fleet.queueview import read_queues
+from pi_dispatch.fleet.receivers import ReceiverState, read_receivers
 from pi_dispatch.fleet.registry import InvalidRow, LiveHosts, read_live_hosts
 from pi_dispatch.fleet.rehome import known_host_queues
 from pi_dispatch.fleet.storeview import StoreState, read_store_state
@@ -68,6 +69,7 @@ class Frame:
     mirror: str = "off"
     could_run: dict[str, int] = field(default_factory=dict)  # by host: the waiting jobs it could run
     store_state: StoreState | None = None
+    receivers: list[ReceiverState] = field(default_factory=list)
 
 
 @dataclass
@@ -94,9 +96,10 @@ class FrameReader:
         mirrored = await read_mirrored_runs(self.client, limit=LATEST_RUNS)
         could = runnable(live.hosts, read.waiting)
         state = await read_store_state(self.client, self.address)
+        receivers = await read_receivers(self.client, now_ms)
         return Frame(
             now_ms, self.store, None, live.hosts, live.invalid, read.queues, mirrored.runs, mirrored.degraded, could,
-            state,
+            state, receivers,
         )  # fmt: skip
 
 
@@ -243,6 +246,9 @@ def render(frame: Frame, rehome_after_ms: int, *, live: bool = True, rows: int =
     parts: list[RenderableType] = [header]
     if frame.store_state is not None:
         parts.append(Text(plain(frame.store_state.summary())))
+    if frame.receivers:
+        said = " · ".join(receiver.summary(frame.at_ms) for receiver in frame.receivers)
+        parts.append(Text(plain(f"receivers: {said}")))
     parts += [hosts_table(frame, rows), queues_table(frame, rehome_after_ms, rows)]
     if frame.invalid:
         parts.append(Text(plain(f"{len(frame.invalid)} registry rows refused as invalid (see pi-dispatch hosts)")))
@@ -267,6 +273,7 @@ def frame_json(frame: Frame, rehome_after_ms: int) -> dict[str, object]:
         "queues": queues,
         "runs": frame.runs,
         "mirror": frame.mirror,
+        "receivers": [receiver.as_json() for receiver in frame.receivers],
     }
 
 

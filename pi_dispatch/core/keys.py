@@ -38,6 +38,9 @@ CONTROL_CHANNEL: Final = "control:events"
 # This port's own: the fleet's epoch in the store, written once (and again only after the store lost its data), so
 # a store that comes back empty is noticed (`fleet/storereset.py`).
 FLEET_EPOCH: Final = "fleet:epoch"
+# This port's own: one hash, a field per receiver (`host:port`) holding its spool's state as JSON, so `top` reads
+# every receiver in one HGETALL (`fleet/receivers.py`).
+RECEIVERS: Final = "fleet:receivers"
 
 
 def host_row_key(worker_name: str) -> str:

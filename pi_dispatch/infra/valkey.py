@@ -17,10 +17,14 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
 from redis.retry import Retry
 
 DEFAULT_VALKEY_URL: Final = "redis://127.0.0.1:6379"
 OP_TIMEOUT_S: Final = 2.0
+# What a store that is away, busy, read-only, out of memory or short of replicas raises: worth trying again later,
+# unlike an error about what was sent (which the same call would raise again).
+STORE_ERRORS: Final = (RedisError, OSError, TimeoutError)
 
 T = TypeVar("T")
 

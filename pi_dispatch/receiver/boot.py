@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from aiohttp import web
@@ -22,7 +24,9 @@ from aiohttp import web
 from pi_dispatch.core.descriptors import descriptors_needed
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
+from pi_dispatch.fleet.receivers import REPORT_EVERY_S, ReceiverState, report_receiver
 from pi_dispatch.fleet.storeview import refuse_an_evicting_store
+from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.store import StoreAddress, store_of
 from pi_dispatch.infra.valkey import bounded, describe
@@ -41,6 +45,7 @@ from pi_dispatch.receiver.guard import ConnectionLimits, raise_descriptor_limit
 from pi_dispatch.receiver.metrics import ReceiverMetrics
 from pi_dispatch.receiver.rules import Rules
 from pi_dispatch.receiver.server import Identities, Receiver, Resolvers, application
+from pi_dispatch.receiver.spool import MB, Spool
 from pi_dispatch.triggers.file import Trigger
 from pi_dispatch.triggers.watch import TriggerWatch
 
@@ -92,8 +97,11 @@ def _failed(error_log: EventLog, error: BaseException) -> int:
     return int(getattr(error, "exit_code", ExitStatus.FAILURE))
 
 
-async def _health(config: ReceiverConfig, store: Any, metrics: ReceiverMetrics | None) -> web.AppRunner | None:
-    """GET /livez (the loop answers), /readyz (the store answers too) and /metrics, apart from the webhook port."""
+async def _health(
+    config: ReceiverConfig, store: Any, metrics: ReceiverMetrics | None, receiver: Receiver
+) -> web.AppRunner | None:
+    """GET /livez (the loop answers), /readyz (a delivery would be kept: the store answers, or the spool has room;
+    with the store's state and the spool's depth) and /metrics, apart from the webhook port."""
     address = config.settings.health_addr
     if not address or metrics is None:
         return None
@@ -102,11 +110,17 @@ async def _health(config: ReceiverConfig, store: Any, metrics: ReceiverMetrics |
         return web.json_response({"status": "ok"})
 
     async def ready(_: web.Request) -> web.Response:
+        spool = receiver.spool
+        assert spool is not None
         try:
             await bounded(store.ping(), 1)
+            state = "refusing-writes" if receiver.store_refusing else "ok"
         except Exception:
-            return web.json_response({"status": "store-unreachable"}, status=503)
-        return web.json_response({"status": "ok"})
+            state = "unreachable"
+        spooling = spool.enabled and spool.bytes < spool.max_bytes
+        status = "ok" if state == "ok" else "spooling" if spooling else "store-unreachable"
+        shown = {"status": status, "store": state, "spool": {"entries": spool.depth, "bytes": spool.bytes}}
+        return web.json_response(shown, status=200 if status != "store-unreachable" else 503)
 
     async def scraped(_: web.Request) -> web.Response:
         body, content_type = metrics.exposition()
@@ -247,13 +261,16 @@ async def serve(
         return _failed(error_log, error)
     metrics = ReceiverMetrics(config.served) if settings.health_addr else None
     receiver = _receiver(config, found, metrics.observe(log) if metrics else log, error_log, metrics)
+    receiver.spool = Spool(_spool_dir(config), settings.spool_max_mb * MB, receiver.log).load()
+    if metrics is not None:
+        metrics.watch_spool(receiver.spool)
     server = application(receiver, _limits(config, log), _capped(log, metrics))
     runner = web.ServerRunner(server, access_log=None)
     health: web.AppRunner | None = None
     try:
         await runner.setup()
         await web.TCPSite(runner, settings.bind, settings.port, reuse_address=True).start()
-        health = await _health(config, found.store, metrics)
+        health = await _health(config, found.store, metrics, receiver)
     except OSError as error:
         await runner.cleanup()
         await _close(client, found)
@@ -265,14 +282,37 @@ async def serve(
 
     watch = TriggerWatch(config.triggers_path, settings.triggers_file, swap, log)
     watch.start(config.triggers_text)
+    name = f"{socket.gethostname()}:{settings.port}"
+    tasks = (asyncio.create_task(receiver.replay()), asyncio.create_task(_report(found.store, receiver, name)))
     await stop.event.wait()
     log("receiver_stopping", {"signal": stop.signal})
     watch.stop()
+    for task in tasks:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     await runner.cleanup()
     if health is not None:
         await health.cleanup()
     await _close(client, found)
     return ExitStatus.OK
+
+
+async def _report(store: Any, receiver: Receiver, name: str) -> None:
+    """The receiver's line in the store, for `top`, every few seconds; a store that refuses it is left for the next."""
+    spool = receiver.spool
+    assert spool is not None
+    while True:
+        state = ReceiverState(name, spool.depth, spool.bytes, receiver.store_refusing, wall_ms())
+        with contextlib.suppress(Exception):
+            await bounded(report_receiver(store, state), 1)
+        await asyncio.sleep(REPORT_EVERY_S)
+
+
+def _spool_dir(config: ReceiverConfig) -> Path:
+    """PI_RECEIVER_SPOOL_DIR, relative to the working directory unless absolute."""
+    path = Path(config.settings.spool_dir)
+    return path if path.is_absolute() else Path.cwd() / path
 
 
 async def _close(client: ForgeClient, found: _Found) -> None:

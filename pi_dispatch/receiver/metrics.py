@@ -10,7 +10,9 @@ from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.metrics import new_registry
 from pi_dispatch.receiver.guard import CAP_ACTIONS, CAPS
 from pi_dispatch.receiver.routes import DROP_REASONS
+from pi_dispatch.receiver.spool import Spool
 
+SPOOL_OUTCOMES: Final = ("spooled", "replayed", "refused", "set-aside")
 # The statuses a delivery is answered with (receiver-contract.md), each a series from boot so a rate has a start.
 ANSWERED: Final = (202, 204, 400, 401, 403, 404, 405, 408, 413, 415, 500, 503)
 
@@ -46,6 +48,16 @@ class ReceiverMetrics:
             registry=self.registry,
         )
 
+        self.spool_outcomes = Counter(
+            "pi_dispatch_receiver_spool",
+            "Deliveries the store could not take: kept in the spool (spooled), later queued from it (replayed), not "
+            "kept because the spool was full or its disk refused (refused, answered 503), or moved out of the "
+            "replay because the store refused their data (set-aside).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in SPOOL_OUTCOMES:
+            self.spool_outcomes.labels(outcome)
         for cap in CAPS:
             for action in CAP_ACTIONS:
                 self.capped.labels(cap, action)
@@ -54,6 +66,16 @@ class ReceiverMetrics:
                 self.deliveries.labels(forge, str(status))
         for reason in DROP_REASONS:
             self.dropped.labels(reason)
+
+    def watch_spool(self, spool: Spool) -> None:
+        """The spool's depth and size, read at each scrape."""
+        from prometheus_client import Gauge
+
+        waiting = "Deliveries waiting in the spool for the store."
+        entries = Gauge("pi_dispatch_receiver_spool_entries", waiting, registry=self.registry)
+        entries.set_function(lambda: spool.depth)
+        held = Gauge("pi_dispatch_receiver_spool_bytes", "Bytes the spool holds.", registry=self.registry)
+        held.set_function(lambda: spool.bytes)
 
     def observe(self, log: EventLog) -> EventLog:
         def counted(event: str, fields: Mapping[str, object]) -> None:

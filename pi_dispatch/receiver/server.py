@@ -4,12 +4,16 @@ The path alone picks the endpoint (`/gitlab`, `/forgejo`, `/azure`; anything els
 so a request cannot choose which check it faces. Each endpoint runs its checks in the reference's order (the
 order is part of the wire contract: GitHub answers 401 for a missing signature before 400 for missing
 headers), then asks the forge about the actor where that forge needs it, runs the gate, fans out replicas
-and enqueues each copy on the queue the router picks. 2xx means handled; 503 asks the forge to redeliver.
+and enqueues each copy on the queue the router picks. 2xx means handled; a delivery the store cannot take now is
+spooled on disk and answered 202 (`receiver/spool.py`), drained in order once the store is back; 503 asks the forge
+to redeliver (a full spool, an undecided authority).
 Logs hold ids, names and reasons only: never a body, a login, an email or a token.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import json
 import time
@@ -22,7 +26,7 @@ from aiohttp import web
 from pi_dispatch.core.jobs import target_separator
 from pi_dispatch.fleet.enqueue import Enqueuer
 from pi_dispatch.infra.events import EventLog
-from pi_dispatch.infra.valkey import describe
+from pi_dispatch.infra.valkey import STORE_ERRORS, describe
 from pi_dispatch.receiver.auth import AzureVerifier, GitLabVerifier
 from pi_dispatch.receiver.forges import azure, forgejo, github, gitlab
 from pi_dispatch.receiver.forges.authority import Authority, Undecided
@@ -31,6 +35,7 @@ from pi_dispatch.receiver.guard import ConnectionLimits, GuardedServer
 from pi_dispatch.receiver.metrics import ReceiverMetrics
 from pi_dispatch.receiver.routes import Drop
 from pi_dispatch.receiver.rules import Rules
+from pi_dispatch.receiver.spool import Entry, Spool, SpoolFull
 
 FORGES: Final = (github.SPEC, gitlab.SPEC, forgejo.SPEC, azure.SPEC)
 BY_PATH: Final[Mapping[str, Forge]] = {forge.path: forge for forge in FORGES if forge.path is not None}
@@ -44,6 +49,8 @@ def _encoded(pairs: tuple[tuple[str, str], ...]) -> bytes:
     """A compact JSON body, encoded once: the receiver answers with a handful of fixed bodies."""
     return json.dumps(dict(pairs), separators=(",", ":"), ensure_ascii=False).encode()
 
+
+REPLAY_PAUSE_S: Final = 1.0
 
 # Refusals worth a log line: a caller without the secret (401), one not allowed (403), a body too slow (408) or too
 # large (413).
@@ -111,6 +118,10 @@ class Receiver:
     error_log: EventLog | None = None
     clock: Callable[[], float] = time.time
     metrics: ReceiverMetrics | None = None
+    spool: Spool | None = None
+    store_refusing: bool = False  # the last add, or the spool's last replay, failed: /readyz says so
+    _spooling: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         forge = BY_PATH.get(endpoint_path(request.raw_path), github.SPEC)
@@ -177,32 +188,109 @@ class Receiver:
             raise Answered(503, {"error": error})
         return verdict
 
-    async def _enqueue(self, kind: str, found: object, delivery: object) -> web.Response:
-        """Every replica of the job on its routed queue: 202 queued (or deduplicated), 503 when an add fails."""
-        if isinstance(found, Drop):
-            self.log("dropped", {"delivery": delivery, "reason": found.reason})
-            return answer(204)
-        assert isinstance(found, dict)
+    async def _place(self, kind: str, found: Mapping[str, Any], delivery: object, **shown_too: Any) -> int:
+        """Every replica of the job on its routed queue; how many were new (the rest deduplicated). Raises what the
+        store raised."""
         replicas = found.get("replicas")
         count = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 1 else 1
         created = 0
         flow = {"flow": found["flow"]} if "flow" in found else {}
         shown = {"delivery": delivery, "repo": found.get("repo"), "target": log_target(kind, found), **flow}
+        for replica in range(1, count + 1):
+            copy = found if count == 1 else {**found, "replica": replica}
+            placed = await self.enqueuer.enqueue_forge_job(kind, copy)
+            if placed.deduplicated:
+                self.log("deduplicated", {**shown, "jobId": placed.job_id, "survivingJobId": placed.kept})
+            else:
+                created += 1
+        if created:
+            self.log("enqueued", {**shown, "replicas": created, **shown_too})
+        return created
+
+    async def _enqueue(self, kind: str, found: object, delivery: object) -> web.Response:
+        """202 queued (or deduplicated) once every replica is on its queue; 202 spooled when the store could not
+        take them (or deliveries already wait in the spool, which keeps their order); 503 when neither can."""
+        if isinstance(found, Drop):
+            self.log("dropped", {"delivery": delivery, "reason": found.reason})
+            return answer(204)
+        assert isinstance(found, dict)
+        spooling = self.spool is not None and self.spool.enabled
+        if spooling and self.spool is not None and self.spool.depth:
+            return await self._spooled(kind, found, str(delivery), "behind-spool")
         try:
-            for replica in range(1, count + 1):
-                copy = found if count == 1 else {**found, "replica": replica}
-                placed = await self.enqueuer.enqueue_forge_job(kind, copy)
-                if placed.deduplicated:
-                    self.log("deduplicated", {**shown, "jobId": placed.job_id, "survivingJobId": placed.kept})
-                else:
-                    created += 1
+            created = await self._place(kind, found, delivery)
         except Exception as error:
             self.log("enqueue_failed", {"delivery": delivery, "reason": describe(error)})
+            self.store_refusing = isinstance(error, STORE_ERRORS)
+            if not spooling or not self.store_refusing:
+                return answer(503, {"error": "enqueue-failed"})
+            return await self._spooled(kind, found, str(delivery), "store-refused")
+        self.store_refusing = False
+        return answer(202, {"status": "queued" if created else "deduplicated"})
+
+    async def _spooled(self, kind: str, found: Mapping[str, Any], delivery: str, why: str) -> web.Response:
+        assert self.spool is not None
+        try:
+            async with self._spooling:
+                entry = await asyncio.to_thread(self.spool.put, kind, found, delivery)
+        except SpoolFull as full:
+            self.log("spool_full", {"delivery": delivery, "entries": self.spool.depth, "held": str(full)})
+            self._count("refused")
+            return answer(503, {"error": "spool-full"})
+        except OSError as error:
+            self.log("spool_unwritable", {"delivery": delivery, "reason": error.strerror, "errno": error.errno})
+            self._count("refused")
             return answer(503, {"error": "enqueue-failed"})
-        if created == 0:
-            return answer(202, {"status": "deduplicated"})
-        self.log("enqueued", {**shown, "replicas": created})
-        return answer(202, {"status": "queued"})
+        if entry is not None:
+            self.log("delivery_spooled", {"delivery": delivery, "why": why, "entries": self.spool.depth})
+            self._count("spooled")
+        self._wake.set()
+        return answer(202, {"status": "spooled"})
+
+    def _count(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.spool_outcomes.labels(outcome).inc()
+
+    async def replay(self, pause_s: float = REPLAY_PAUSE_S) -> None:
+        """Drain the spool into the store, oldest first, for as long as the receiver runs: at once when a delivery
+        is spooled, then every pause_s while the store refuses (one log line per outage, not one per try)."""
+        spool = self.spool
+        if spool is None:
+            return
+        waiting, replayed = False, 0
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), pause_s)
+            self._wake.clear()
+            while (entry := spool.oldest()) is not None:
+                outcome = await self._replayed(spool, entry, waiting)
+                if outcome == "waiting":
+                    waiting = True
+                    break
+                waiting, replayed = False, replayed + (outcome == "replayed")
+            if replayed and not spool.depth:
+                self.log("spool_drained", {"replayed": replayed})
+                replayed = 0
+
+    async def _replayed(self, spool: Spool, entry: Entry, waiting: bool) -> str:
+        waited_ms = max(0, int(self.clock() * 1000) - entry.at_ms)
+        try:
+            await self._place(entry.kind, entry.job, entry.delivery, spooled=True, waitedMs=waited_ms)
+        except STORE_ERRORS as error:
+            self.store_refusing = True
+            if not waiting:
+                self.log("spool_replay_blocked", {"entries": spool.depth, "reason": describe(error)})
+            return "waiting"
+        except Exception as error:  # about the entry itself: replaying it again cannot succeed
+            async with self._spooling:
+                spool.set_aside(entry.path, describe(error), entry)
+            self._count("set-aside")
+            return "set-aside"
+        self.store_refusing = False
+        async with self._spooling:
+            await asyncio.to_thread(spool.done, entry)
+        self._count("replayed")
+        return "replayed"
 
 
 def application(

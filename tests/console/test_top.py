@@ -17,6 +17,7 @@ from pi_dispatch.demo.run import EXAMPLE
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue, QueueCounts, heartbeat_row
 from pi_dispatch.fleet.inventory import load_inventory
 from pi_dispatch.fleet.mirror import RunMirror
+from pi_dispatch.fleet.receivers import ReceiverState, report_receiver
 from pi_dispatch.fleet.registry import HostRegistry
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.jobs import forge_job
@@ -121,6 +122,7 @@ async def _example_fleet(url: str) -> list[HostRegistry]:
         for number in range(count):
             await queue.add("github", forge_job(number), {"jobId": f"gh-{queue_name}-{number}"})
         await queue.close()
+    await report_receiver(client, ReceiverState("edge:3000", 2, 1_024, True, int(time.time() * 1000)))
     record = {"jobId": "gh-done", "host": "mini1", "outcome": "completed", "endedAt": "2026-11-30T10:00:00.000Z"}
     await RunMirror(client, 14).mirror(record, "gh-done")
     return registries
@@ -144,6 +146,7 @@ async def test_top_once_renders_the_live_example_fleet(valkey_url: str) -> None:
     assert could_run == {"mini1": "5", "mini3": "3"}  # its own queue's and the shared ones; a nameless host's shared
     assert lines["pi-jobs"].split("│")[2].strip() == "3" and lines["pi-jobs@mini1"].split("│")[2].strip() == "2"
     assert "gh-done" in answered.stdout and "completed" in lines["2026-11-30T10:00:00.000Z"]
+    assert "receivers: edge:3000 spool 2 (1,024 bytes), store refusing its writes" in answered.stdout
 
 
 @pytest.mark.redis

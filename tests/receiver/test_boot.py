@@ -17,6 +17,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pi_dispatch.demo.store import free_port
+from pi_dispatch.fleet.receivers import REPORT_EVERY_S, read_receivers
+from pi_dispatch.infra.clock import wall_ms
+from pi_dispatch.infra.valkey import connect
 from tests.support.fakeforge import FakeForge, Reply
 from tests.support.helpers import run_cli
 from tests.support.receiving import github_headers, queued_jobs
@@ -308,3 +311,60 @@ async def test_a_receiver_refuses_a_store_that_may_evict_jobs(
         assert "maxmemory-policy" in failed["reason"] and "noeviction" in failed["reason"]
     finally:
         receiver.stop()
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_a_delivery_spooled_while_the_store_refuses_writes_survives_a_killed_receiver(
+    tmp_path: Path, private_redis: Any, github_api: FakeForge
+) -> None:
+    import redis
+
+    write_triggers(tmp_path / "triggers.json", LABEL)
+    env = github_env(tmp_path, private_redis.url, github_api.url)  # PI_RECEIVER_SPOOL_DIR left to its default
+    port, health = env["RECEIVER_PORT"], env["PI_RECEIVER_HEALTH_ADDR"]
+    receiver = ReceiverProcess(tmp_path, env)
+    with redis.Redis.from_url(private_redis.url) as admin:
+        try:
+            await receiver.wait_for("receiver_started")
+            admin.config_set("min-replicas-to-write", 1)  # the store answers a ping and refuses every write
+            assert [await deliver(port, labeled("pi:fix", 40 + n), f"s-{n}") for n in (1, 2, 3)] == [202] * 3
+            async with aiohttp.ClientSession() as session, session.get(f"http://{health}/readyz") as ready:
+                assert ready.status == 200
+                state = await ready.json()
+            assert state["status"] == "spooling" and state["store"] == "refusing-writes"
+            assert state["spool"]["entries"] == 3 and state["spool"]["bytes"] > 0
+            metrics = await scrape(health)
+            assert metrics[("pi_dispatch_receiver_spool_entries", ())] == 3
+            assert metrics[("pi_dispatch_receiver_spool_total", (("outcome", "spooled"),))] == 3
+            assert "NOREPLICAS" in (await receiver.wait_for("spool_replay_blocked", stream="stderr"))["reason"]
+        finally:
+            receiver.stop()  # SIGKILL: only the disk keeps the three
+        assert len(list((tmp_path / "spool").glob("*.json"))) == 3
+        assert await queued_jobs(private_redis.url) == {}
+        admin.config_set("min-replicas-to-write", 0)
+        admin_async = connect(private_redis.url)
+        again = ReceiverProcess(tmp_path, env)
+        try:
+            assert (await again.wait_for("spool_loaded"))["entries"] == 3
+            assert (await again.wait_for("spool_drained"))["replayed"] == 3
+            replayed = [line["delivery"] for line in again.events() if line["event"] == "enqueued"]
+            assert replayed == ["s-1", "s-2", "s-3"]
+            async with aiohttp.ClientSession() as session, session.get(f"http://{health}/readyz") as ready:
+                assert (ready.status, await ready.json()) == (
+                    200,
+                    {"status": "ok", "store": "ok", "spool": {"entries": 0, "bytes": 0}},
+                )
+            deadline = time.monotonic() + 10 * REPORT_EVERY_S  # its line for `top`, in the store
+            while time.monotonic() < deadline:
+                reported = {state.name: state for state in await read_receivers(admin_async, wall_ms())}
+                if any(name.endswith(f":{port}") and not state.spool_entries for name, state in reported.items()):
+                    break
+                await asyncio.sleep(0.2)
+            else:
+                raise AssertionError(f"no report of an empty spool: {reported}")
+        finally:
+            again.stop()
+            await admin_async.aclose()
+    assert set(await queued_jobs(private_redis.url)) == {"gh-s-1", "gh-s-2", "gh-s-3"}
+    assert not list((tmp_path / "spool").glob("*.json"))

@@ -24,6 +24,7 @@ from pi_dispatch.receiver.auth import AzureVerifier, GitLabVerifier, hub_signatu
 from pi_dispatch.receiver.guard import ConnectionLimits
 from pi_dispatch.receiver.rules import Rules
 from pi_dispatch.receiver.server import Identities, Receiver, Resolvers, application
+from pi_dispatch.receiver.spool import Spool
 from pi_dispatch.testing.receiving import default_limits
 from pi_dispatch.triggers.file import parse_triggers
 
@@ -97,6 +98,7 @@ async def served(
     enqueuer: Enqueuer | None = None,
     limits: ConnectionLimits | None = None,
     capped: Callable[[str, str], None] = lambda _cap, _action: None,
+    spool: Spool | None = None,
 ) -> AsyncIterator[Served]:
     """A Receiver over real HTTP on 127.0.0.1, enqueueing through BullMQ on the test's Valkey."""
     from pi_dispatch.fleet.enqueue import registry_reader
@@ -116,6 +118,7 @@ async def served(
         identities=identities or Identities(github=999, gitlab=999, forgejo=999),
         resolvers=resolvers or Resolvers(),
         error_log=errors,
+        spool=spool,
     )
     runner = web.ServerRunner(application(receiver, limits or default_limits(), capped), access_log=None)
     await runner.setup()
