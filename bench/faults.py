@@ -11,6 +11,9 @@ receiver in a process of its own), with a goal and a reference measured in the s
              address and then spread over a hundred; meanwhile a legitimate signed delivery every 0.25 s from
              another address. Figure: its latency (median and worst) against the same deliveries with no attack,
              and how many it got answered 202. Goal: every one 202, the worst within 1 s.
+  store-full four running jobs of 20 s on a worker whose store fills up for 30 s (maxmemory below its use,
+             noeviction); figure: jobs fenced (goal: 0; each completed in one attempt, the worker never restarted),
+             and the worker's log lines a minute while the store was full
   spool      `pi-dispatch receiver` taking 20 signed deliveries a second while the store refuses every write for
              10 s, SIGKILLed and started again halfway; figure: deliveries answered 202 whose job is not on the
              queue once the store takes writes (goal: 0, and none answered 503), and how long the spool took to drain
@@ -506,6 +509,67 @@ async def spool(workdir: Path, _sockets: int, round_number: int) -> Outcome:
     return Outcome([line], figures, ok)
 
 
+FULL_S = 30.0  # how long the store stays full
+FULL_JOBS = 4
+
+
+async def store_full(workdir: Path, _sockets: int, round_number: int) -> Outcome:
+    """A worker running FULL_JOBS jobs of 20 s when the store fills up (maxmemory below its use, noeviction) for
+    FULL_S; then memory is freed. What the issue saw: 3 of 4 jobs fenced and killed, exit 1 every 30 s, 2,020 error
+    lines a minute."""
+    import redis
+    from bullmq import Queue
+
+    from pi_dispatch.fleet.enqueue import forge_job_options
+    from pi_dispatch.testing.jobs import forge_job
+
+    server = RedisServer(workdir)
+    server.start()
+    admin = redis.Redis.from_url(server.url)
+    ids = [f"gh-full-{round_number}-{number}" for number in range(FULL_JOBS)]
+    states: dict[str, str] = {}
+    try:
+        with one_worker(workdir, server.url, PI_CONCURRENCY=str(FULL_JOBS), PI_LOCK_DURATION_MS="10000") as fleet:
+            queue = Queue("pi-jobs", {"connection": server.url})
+            try:
+                for number, job_id in enumerate(ids):
+                    job = forge_job(number, trigger={"demoSleep": 20})
+                    await queue.add("github", job, {**forge_job_options("github", job), "jobId": job_id})
+                while sum([await queue.getJobState(job_id) == "active" for job_id in ids]) < FULL_JOBS:
+                    await asyncio.sleep(0.2)
+                log_before = len((workdir / "mini1.log").read_text().splitlines())
+                admin.config_set("maxmemory", 1)
+                await asyncio.sleep(FULL_S)
+                lines_full = len((workdir / "mini1.log").read_text().splitlines()) - log_before
+                admin.config_set("maxmemory", 0)
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:
+                    states = {job_id: await queue.getJobState(job_id) for job_id in ids}
+                    if all(state in ("completed", "failed") for state in states.values()):
+                        break
+                    await asyncio.sleep(0.5)
+                attempts = [(await queue.getJob(job_id)).attemptsMade for job_id in ids]
+            finally:
+                await queue.close()
+            restarts = len(fleet.restarts["mini1"])
+            log = (workdir / "mini1.log").read_text()
+    finally:
+        admin.close()
+        server.stop()
+    fenced = log.count('"job_fenced"')
+    completed = sum(1 for state in states.values() if state == "completed")
+    once = sum(1 for made in attempts if made == 1)
+    ok = fenced == 0 and restarts == 0 and completed == once == FULL_JOBS
+    line = (
+        f"{FULL_JOBS} running jobs, the store full for {FULL_S:g} s: {fenced} fenced, {completed} completed "
+        f"({once} in one attempt), {restarts} worker restarts, {lines_full} log lines while full "
+        f"({log.count('store_out_of_memory')} saying so)" + ("" if ok else "  MISSED")
+    )
+    print(f"store-full round {round_number}: {line}", flush=True)
+    figures = {"running jobs fenced": float(fenced), "log lines a minute while full": lines_full * 60 / FULL_S}
+    return Outcome([line], figures, ok)
+
+
 Scenario = Callable[[Path, int, int], Awaitable[Outcome]]
 SCENARIOS: dict[str, Scenario] = {
     "store-reset": store_reset,
@@ -513,6 +577,7 @@ SCENARIOS: dict[str, Scenario] = {
     "unhealthy": unhealthy,
     "slowloris": slowloris,
     "spool": spool,
+    "store-full": store_full,
 }
 GOALS = {
     "store-reset": f"every scheduler back within one beat ({BEAT_S:g} s)",
@@ -520,6 +585,7 @@ GOALS = {
     "unhealthy": "0 jobs failed for good",
     "slowloris": f"worst legitimate latency <= {LATENCY_GOAL_S:g} s, every delivery 202",
     "spool": "0 deliveries answered 202 and lost, none answered 503",
+    "store-full": "0 running jobs fenced, every one completed in one attempt, no restart",
 }
 
 

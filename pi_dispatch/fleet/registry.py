@@ -23,7 +23,7 @@ from pi_dispatch.core.keys import HOST_LIVE, REHOME_SILENT, host_row_key
 from pi_dispatch.core.names import PROFILE_NAME_RE, WORKER_NAME_RE, worker_name_problem
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe, reply_text, reply_whole
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe, out_of_memory, reply_text, reply_whole
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -62,6 +62,7 @@ class HostRegistry:
     _closed: bool = False
     _unreachable: bool = False
     _unreachable_since: float | None = None  # monotonic: when the first beat of the current outage failed
+    memory_full_since: float | None = None  # monotonic: since when the store refuses beats for its memory
     last_beat_ms: int = 0  # wall clock of the last beat the store took
     _refused: set[str] = field(default_factory=set)
     _timer: asyncio.Task[None] | None = None
@@ -94,11 +95,15 @@ class HostRegistry:
             pipe.sadd(HOST_LIVE, self.name)
             await bounded(pipe.execute(), self.timeout_s)
         except Exception as error:
+            if out_of_memory(error):  # the store answers: full, not away (the worker says so, `storememory.py`)
+                self.memory_full_since = self.memory_full_since or time.monotonic()
+                return False
             if not self._unreachable and not self._closed:
                 self._unreachable, self._unreachable_since = True, time.monotonic()
                 self.log("host_registry_unreachable", {"reason": describe(error)})
             return False
         self.last_beat_ms = self.now()
+        self.memory_full_since = None
         if self._unreachable and not self._closed:
             self._unreachable, self._unreachable_since = False, None
             self.log("host_registry_restored", {})

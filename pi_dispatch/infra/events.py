@@ -21,7 +21,7 @@ def discard(event: str, fields: Mapping[str, object]) -> None:
 # Events that say something went wrong (a warning: the process carries on) or that it cannot go on (an error).
 WARNING_WORDS: Final = (
     "failed", "unreachable", "error", "refused", "lost", "invalid", "missing", "unavailable", "stuck", "degraded",
-    "unwritten", "blocked", "untrusted", "unreadable", "stalled", "passed", "fenced", "late",
+    "unwritten", "blocked", "untrusted", "unreadable", "stalled", "passed", "fenced", "late", "out_of_memory",
 )  # fmt: skip
 ERROR_EVENTS: Final = frozenset({"worker_failing", "receiver_start_failed"})
 # journald reads a `<N>` prefix on a line as its syslog priority (systemd's SyslogLevelPrefix=, on by default)

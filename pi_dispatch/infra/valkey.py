@@ -17,7 +17,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 from redis.retry import Retry
 
 DEFAULT_VALKEY_URL: Final = "redis://127.0.0.1:6379"
@@ -25,6 +25,14 @@ OP_TIMEOUT_S: Final = 2.0
 # What a store that is away, busy, read-only, out of memory or short of replicas raises: worth trying again later,
 # unlike an error about what was sent (which the same call would raise again).
 STORE_ERRORS: Final = (RedisError, OSError, TimeoutError)
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether the store refused a write because it holds its `maxmemory` (with `noeviction`): it answers, and
+    takes reads and writes that free memory, so it is not away."""
+    # redis-py raises OutOfMemoryError for a command, a script's error text for a script, a pipeline's annotated
+    return isinstance(error, OutOfMemoryError) or "command not allowed when used memory" in str(error)
+
 
 T = TypeVar("T")
 

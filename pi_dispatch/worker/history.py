@@ -27,6 +27,7 @@ from pi_dispatch.infra.events import EventLog, discard
 _TEMP_SUFFIX = ".partial"
 ATTEMPTS_SUFFIX = ".jsonl"
 REAPED_SUFFIXES = (".json", ATTEMPTS_SUFFIX, ".log")
+UNMIRRORED_MAX = 10_000  # records kept for a mirror the store refused: on disk all the same, past this unmirrored
 
 
 def record_path(logs_dir: Path, job_id: object) -> Path:
@@ -172,7 +173,8 @@ class Attempts(Protocol):
 
 
 class RunRecorder:
-    """Record a finished run: the file first, durably; then, without waiting, the fleet mirror.
+    """Record a finished run: the file first, durably; then, without waiting, the fleet mirror (kept and mirrored
+    again each beat while the store refuses it, as a full store does).
 
     The order is the point: the fleet never shows a run whose file does not exist. A record that cannot be
     written (disk full, read-only) is logged with why and kept, in memory and in the store (`runs:spill:<host>`,
@@ -196,6 +198,7 @@ class RunRecorder:
         self.host = host
         self._in_flight: set[asyncio.Task[bool]] = set()
         self.unwritten: dict[str, Mapping[str, Any]] = {}  # record stem -> the latest record not yet on disk
+        self.unmirrored: dict[str, Mapping[str, Any]] = {}  # record stem -> a record on disk the store refused
 
     @property
     def blocked(self) -> bool:
@@ -215,10 +218,25 @@ class RunRecorder:
         if self.unwritten.pop(stem, None) is not None and spill is not None:
             self._start(spill.unspill(self.host, stem))
         if self.mirror is not None:
-            self._start(self.mirror.mirror(record, stem))
+            self._start(self._mirrored(record, stem))
         if self.attempts is not None:
             self._start(self.attempts.remember(record, stem))
         return path
+
+    async def _mirrored(self, record: Mapping[str, Any], stem: str) -> bool:
+        """Mirror a record; one the store refused (full, or away) is kept for `remirror`, up to UNMIRRORED_MAX."""
+        assert self.mirror is not None
+        if await self.mirror.mirror(record, stem):
+            self.unmirrored.pop(stem, None)
+            return True
+        if stem in self.unmirrored or len(self.unmirrored) < UNMIRRORED_MAX:
+            self.unmirrored[stem] = record
+        return False
+
+    def remirror(self) -> None:
+        """Each beat: mirror again what the store refused, so the fleet shows every run once it takes writes."""
+        for stem, record in list(self.unmirrored.items()):
+            self._start(self._mirrored(record, stem))
 
     async def recover(self) -> int:
         """At boot: take back the records an earlier run of this worker could not write, and write what the disk

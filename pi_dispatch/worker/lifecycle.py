@@ -53,6 +53,7 @@ from pi_dispatch.worker.metrics import WorkerMetrics
 from pi_dispatch.worker.oneshot import OneShots
 from pi_dispatch.worker.output import Outputs
 from pi_dispatch.worker.status import StatusLine
+from pi_dispatch.worker.storememory import StoreMemoryWatch
 from pi_dispatch.worker.waitgate import WaitGate
 
 if TYPE_CHECKING:
@@ -160,6 +161,7 @@ class Worker:
             self.attempts.outputs = Outputs(settings.logs_dir, self.name, file_cap, store_cap, history, self.log)
         self.registry = HostRegistry(self.client, self.name, log=self.log, progress=self._live_facts, now=self.now)
         self.health.changed = self.registry.publish
+        self.memory = StoreMemoryWatch(self.log, lambda: self.registry.memory_full_since)
         self.epoch = EpochWatch(self.client, self.now, self.log)
         if self.beat_ms is not None:
             self.registry.beat_ms = self.beat_ms
@@ -259,8 +261,9 @@ class Worker:
 
         settings = self.settings
         self.bullmq_workers = await open_consumers(
-            self.queues, store, settings=settings, attempts=self.attempts, log=self.log, poll_s=self.idle_poll_s
-        )
+            self.queues, store, settings=settings, attempts=self.attempts, log=self.log, poll_s=self.idle_poll_s,
+            quiet=self.memory.refusal,
+        )  # fmt: skip
         stealer = None
         if settings.worker_name_declared:
             stealer = Stealer(
@@ -276,8 +279,10 @@ class Worker:
         self.pickup = Pickup(
             own_first, settings.concurrency, self.idle_poll_s, stealer, settings.steal, self.log, self.metrics
         )
-        # no new work while it cannot record, its clock is off, or a cause on its side fails jobs
-        self.pickup.blocked = lambda: self.recorder.blocked or self.clock.skewed or self.health.unhealthy
+        # no new work while it cannot record, its clock is off, a cause on its side fails jobs, or the store is full
+        self.pickup.blocked = lambda: (
+            self.recorder.blocked or self.clock.skewed or self.health.unhealthy or self.memory.full
+        )
 
     async def _health(self) -> str:
         """Returns why the worker cannot go on: Docker gone with no job to wait for, or the store gone too long."""
@@ -306,6 +311,8 @@ class Worker:
             await asyncio.sleep(self.registry.beat_ms / 1000)
             if self.recorder.unwritten and self.recorder.retry():
                 self.log("run_records_unwritten", {"count": len(self.recorder.unwritten)})
+            self.recorder.remirror()  # the mirrors a full or absent store refused
+            await self.memory.check(self.client)
             if self.metrics.enabled:
                 last_poll_ms = max((bull.polled_at_ms for bull in self.bullmq_workers), default=0)
                 await self.metrics.measure(self.client, self.queues, self.registry.last_beat_ms, last_poll_ms)

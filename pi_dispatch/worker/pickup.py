@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -242,8 +243,10 @@ async def open_consumers(
     attempts: Attempts,
     log: EventLog,
     poll_s: float,
+    quiet: Callable[[BaseException], bool] = lambda _error: False,
 ) -> list[GuardedConsumer]:
-    """A BullMQ Worker per queue with this host's lock, stall and poll settings, connected and not running."""
+    """A BullMQ Worker per queue with this host's lock, stall and poll settings, connected and not running. An
+    error `quiet` takes (a full store's refusal, counted there) is not logged on its own."""
     options = {
         "name": settings.worker_name,  # BullMQ stamps it on each job it takes (`pb`) and on its connections
         "concurrency": settings.concurrency,
@@ -257,13 +260,18 @@ async def open_consumers(
     for queue in queues:
         connected = {**options, "connection": store.queue_connection()}  # each its own: BullMQ closes it
         bull = GuardedConsumer(queue, _processor(attempts, queue), connected, attempts.failed_unread)
-        bull.on("error", lambda error, *_: log("queue_error", {"reason": type(error).__name__}))
+        bull.on("error", functools.partial(_queue_error, quiet, log))
         bull.on("failed", attempts.failed_unrun)
         with contextlib.suppress(Exception):  # delays would otherwise fire on whole seconds
             await bounded(bull.blockingRedisConnection.getRedisVersion(), 5)
             await bounded(bull.redisConnection.getRedisVersion(), 5)
         consumers.append(bull)
     return consumers
+
+
+def _queue_error(quiet: Callable[[BaseException], bool], log: EventLog, error: BaseException, *_: Any) -> None:
+    if not quiet(error):
+        log("queue_error", {"reason": type(error).__name__})
 
 
 def _processor(attempts: Attempts, queue: str) -> Callable[[QueuedJob, str], Awaitable[dict[str, object]]]:
