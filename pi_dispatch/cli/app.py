@@ -23,7 +23,7 @@ from pi_dispatch.cli.jobs import enqueue, route
 from pi_dispatch.cli.receiver import init, receiver_app
 from pi_dispatch.cli.rollout import rollout_app
 from pi_dispatch.cli.steer import cancel, drain, resume, retry
-from pi_dispatch.cli.worker import worker
+from pi_dispatch.cli.worker import job_network, worker
 from pi_dispatch.core.errors import ConfigError, ExitStatus, PiDispatchError
 
 app = typer.Typer(
@@ -56,6 +56,7 @@ def _root(
 # Registered in the order `--help` lists them; each command lives in the module of its group.
 app.command()(demo)
 app.command()(worker)
+app.command("job-network")(job_network)
 app.add_typer(receiver_app, name="receiver")
 app.add_typer(rollout_app, name="rollout")
 app.command("init")(init)
@@ -87,6 +88,7 @@ def report(error: PiDispatchError) -> NoReturn:
 EXAMPLES: Final = {
     ("demo",): "pi-dispatch demo --keep",
     ("worker",): "pi-dispatch worker --env-file /etc/pi-dispatch/worker.env",
+    ("job-network",): "pi-dispatch job-network --deny 203.0.113.7 --check",
     ("receiver", "serve"): "pi-dispatch receiver serve --env-file /etc/pi-dispatch/receiver.env",
     ("receiver", "check"): "pi-dispatch receiver check --env-file /etc/pi-dispatch/receiver.env --json",
     ("rollout", "in-flight"): "pi-dispatch rollout in-flight -i inventory.example/ --host mini1",

@@ -1,4 +1,5 @@
-"""`pi-dispatch worker`: this host's worker, until SIGTERM (its run is `worker/entry.py`)."""
+"""`pi-dispatch worker`: this host's worker, until SIGTERM (its run is `worker/entry.py`); `pi-dispatch job-network`:
+the network its jobs join, kept off the host and the LAN (`worker/jobnetwork.py`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Annotated
 import typer
 
 from pi_dispatch.infra.units import ENV_FILE_OPTION
+from pi_dispatch.worker.jobnetwork import DEFAULT_BRIDGE, DEFAULT_NETWORK
 
 
 def worker(
@@ -20,3 +22,60 @@ def worker(
     from pi_dispatch.worker.entry import run
 
     raise typer.Exit(run(env_file))
+
+
+def job_network(
+    name: Annotated[str, typer.Option(help="The Docker network jobs join (PI_JOB_NETWORK).")] = DEFAULT_NETWORK,
+    bridge: Annotated[str, typer.Option(help="Its bridge interface, which the firewall rules name.")] = DEFAULT_BRIDGE,
+    deny: Annotated[
+        list[str] | None,
+        typer.Option(help="Another address or IPv4 range jobs must not reach (a store on a public address); repeat."),
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Change nothing: exit 1 if the network or a rule is missing.")
+    ] = False,
+) -> None:
+    """Make the network jobs run on, and the host firewall rules that keep them to the internet: off this host,
+    private, shared and link-local ranges (the store, the LAN, 169.254.169.254). Idempotent; run as root, after
+    the Docker daemon started (the worker role runs it from a oneshot unit).
+    """
+    import docker
+
+    from pi_dispatch.cli.common import console
+    from pi_dispatch.core.errors import ConfigError, Problem
+    from pi_dispatch.worker.jobnetwork import (
+        JobNetworkError,
+        apply_rules,
+        denied_ranges,
+        ensure_network,
+        missing_rules,
+        rules_for,
+    )
+
+    try:
+        rules = rules_for(bridge, denied_ranges(deny or ()))
+    except ValueError as error:
+        raise ConfigError([Problem("--deny", str(error), "the command line", "an IPv4 address or range")]) from None
+    try:
+        client = docker.from_env()
+    except docker.errors.DockerException as error:
+        console.print(f"job network: the Docker daemon does not answer ({type(error).__name__})", highlight=False)
+        raise typer.Exit(1) from None
+    try:
+        if check:
+            exists = name in {network.name for network in client.networks.list(names=[name])}
+            missing = missing_rules(rules)
+            for rule in missing:
+                console.print(f"missing: {rule.shown()}", highlight=False, markup=False)
+            if not exists:
+                console.print(f"missing: the Docker network {name}", highlight=False, markup=False)
+            raise typer.Exit(1 if missing or not exists else 0)
+        made = ensure_network(client, name, bridge)
+        added = apply_rules(rules)
+    except (JobNetworkError, docker.errors.DockerException) as error:
+        console.print(f"job network: {error}", highlight=False, markup=False)
+        raise typer.Exit(1) from None
+    finally:
+        client.close()
+    said = "made" if made else "in place"
+    console.print(f"network {name} ({bridge}) {said}; {len(added)} of {len(rules)} rules added", highlight=False)

@@ -1,0 +1,119 @@
+"""The job network: a Docker bridge of its own for job containers, and the host firewall rules that keep its jobs
+off the host, the store and every private, shared or link-local range, while the internet stays reachable.
+
+On Docker's default bridge a job reaches the host's own addresses, the LAN (the store among them) and a cloud's
+metadata address (169.254.169.254). Here the bridge has a fixed interface name, so two kinds of rule can name it:
+in `DOCKER-USER` (Docker's chain for the operator's rules, evaluated before its own on forwarded traffic) each
+denied range is rejected for what comes in from the bridge; in `INPUT` everything from the bridge to the host
+itself is rejected, whatever addresses the host has. Jobs on it do not reach each other either (inter-container
+traffic off). Name resolution is unaffected: Docker's resolver answers inside each container and asks upstream
+from the host's side. Rules are rejected, not dropped, so a job that tries fails at once instead of hanging.
+
+Applied by `pi-dispatch job-network` as root (the role runs it from a oneshot unit each time Docker starts);
+idempotent: what is there is checked (`iptables -C`) and only what is missing is inserted. IPv4 only: the network
+is made without IPv6, so a job has no IPv6 route to be filtered.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pi_dispatch.core.errors import PiDispatchError
+
+DEFAULT_NETWORK: Final = "pi-jobs"
+DEFAULT_BRIDGE: Final = "pi-jobs0"
+LABEL: Final = "pi-dispatch.job-network"
+# Private (RFC 1918), shared (RFC 6598), link-local with the metadata address (RFC 3927), "this network",
+# multicast and reserved: nothing a job needs, everything a job should not touch.
+DENIED: Final = (
+    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "0.0.0.0/8",
+    "224.0.0.0/4", "240.0.0.0/4",
+)  # fmt: skip
+REJECT: Final = ("-j", "REJECT", "--reject-with", "icmp-admin-prohibited")
+FORWARD_CHAIN: Final = "DOCKER-USER"
+HOST_CHAIN: Final = "INPUT"
+IPTABLES: Final = ("iptables", "-w", "10")  # -w: wait for the xtables lock rather than fail beside dockerd
+
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+class JobNetworkError(PiDispatchError):
+    """The network or its rules could not be set up (exit 1), or what is asked is not a network (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    chain: str
+    spec: tuple[str, ...]
+
+    def shown(self) -> str:
+        return f"{self.chain} {' '.join(self.spec)}"
+
+
+def denied_ranges(extra: Sequence[str] = ()) -> list[str]:
+    """The denied ranges, then each extra address or range (a store on a public address), normalised. Raises
+    ValueError naming what is not an IPv4 address or range."""
+    found = list(DENIED)
+    for text in extra:
+        network = ipaddress.ip_network(text.strip(), strict=False)
+        if network.version != 4:
+            raise ValueError(f"{text} is not an IPv4 address or range")
+        if str(network) not in found:
+            found.append(str(network))
+    return found
+
+
+def rules_for(bridge: str, denied: Sequence[str]) -> list[Rule]:
+    """What keeps a job on `bridge` to the internet: each denied range rejected, and the host itself."""
+    forward = [Rule(FORWARD_CHAIN, ("-i", bridge, "-d", cidr, *REJECT)) for cidr in denied]
+    return [*forward, Rule(HOST_CHAIN, ("-i", bridge, *REJECT))]
+
+
+def missing_rules(rules: Sequence[Rule], run: Runner = subprocess.run) -> list[Rule]:
+    """The rules not in place (`iptables -C` per rule). Raises JobNetworkError when iptables cannot be asked."""
+    try:
+        chain = run([*IPTABLES, "-S", FORWARD_CHAIN], capture_output=True, text=True, check=False)
+    except OSError as error:
+        raise JobNetworkError(f"iptables cannot be run ({error.strerror}): install iptables") from None
+    if chain.returncode != 0:
+        raise JobNetworkError(f"no {FORWARD_CHAIN} chain to add to: start the Docker daemon first (it makes it)")
+    return [
+        rule
+        for rule in rules
+        if run([*IPTABLES, "-C", rule.chain, *rule.spec], capture_output=True, text=True, check=False).returncode
+    ]
+
+
+def apply_rules(rules: Sequence[Rule], run: Runner = subprocess.run) -> list[Rule]:
+    """Insert the missing rules at the top of their chains (before Docker's RETURN); returns what was added."""
+    missing = missing_rules(rules, run)
+    for rule in reversed(missing):  # inserted at 1 in reverse: they end up in the declared order
+        done = run([*IPTABLES, "-I", rule.chain, "1", *rule.spec], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            reason = (done.stderr.strip().splitlines() or ["no reason given"])[-1]
+            raise JobNetworkError(f"iptables refused {rule.shown()}: {reason} (run as root)")
+    return missing
+
+
+def ensure_network(client: Any, name: str, bridge: str) -> bool:
+    """The network, made when absent (True); an existing one must be a bridge on `bridge`, else JobNetworkError."""
+    from docker.errors import NotFound
+
+    try:
+        found = client.networks.get(name)
+    except NotFound:
+        options = {"com.docker.network.bridge.name": bridge, "com.docker.network.bridge.enable_icc": "false"}
+        client.networks.create(name, driver="bridge", options=options, labels={LABEL: "1"}, enable_ipv6=False)
+        return True
+    attributes = found.attrs
+    given = (attributes.get("Options") or {}).get("com.docker.network.bridge.name")
+    if attributes.get("Driver") != "bridge" or given != bridge:
+        raise JobNetworkError(
+            f"the Docker network {name} exists but is not a bridge named {bridge}: remove it (docker network rm "
+            f"{name}) or name another with --name"
+        )
+    return False
