@@ -193,6 +193,19 @@ class RoleVars(BaseModel):
         "an absolute path such as /etc/pi-dispatch/worker.env",
     )
     install_docker: Switch = role_var("install_docker", "install docker.io from Debian.", "true or false")
+    isolate_jobs: Switch = role_var(
+        "isolate_jobs",
+        "keep jobs to the internet (on by default): a oneshot unit runs `pi-dispatch job-network` for the network "
+        "pi_dispatch_worker_job_network names each time Docker starts, so jobs reach neither this host, the store, "
+        "private ranges nor 169.254.169.254.",
+        "true or false; with true, set pi_dispatch_worker_job_network to the network's name (pi-jobs)",
+    )
+    isolate_jobs_deny: Text = role_var(
+        "isolate_jobs_deny",
+        "addresses or IPv4 ranges jobs must not reach besides the private ones (a store on a public address), "
+        "comma-separated.",
+        "such as 203.0.113.7,198.51.100.0/24, or empty",
+    )
     docker_proxy: Switch = role_var(
         "docker_proxy",
         "reach Docker through a socket proxy that passes only the worker's calls, instead of the docker group.",

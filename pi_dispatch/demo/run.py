@@ -101,6 +101,7 @@ def worker_environment(host: InventoryHost, url: str, state: Path, hostname: str
     """The host's rendered env, pointed at the demo's Valkey (whatever store the inventory names), folders and local
     copies of its scripts."""
     env = {name: value for name, value in env_values(host.vars).items() if name not in STORE_VARIABLES}
+    env.pop("PI_JOB_NETWORK", None)  # the role's network needs root's firewall: the demo's jobs use Docker's default
     folder = state / host.name
     (folder / "profiles").mkdir(parents=True, exist_ok=True)
     for kind, variable in VARIABLE.items():
