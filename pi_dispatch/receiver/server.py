@@ -262,12 +262,15 @@ class Receiver:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), pause_s)
             self._wake.clear()
-            while (entry := spool.oldest()) is not None:
-                outcome = await self._replayed(spool, entry, waiting)
-                if outcome == "waiting":
-                    waiting = True
-                    break
-                waiting, replayed = False, replayed + (outcome == "replayed")
+            try:
+                while (entry := spool.oldest()) is not None:
+                    outcome = await self._replayed(spool, entry, waiting)
+                    if outcome == "waiting":
+                        waiting = True
+                        break
+                    waiting, replayed = False, replayed + (outcome == "replayed")
+            except Exception as error:  # the drain goes on at the next pause, whatever this was
+                (self.error_log or self.log)("spool_replay_failed", {"reason": describe(error)})
             if replayed and not spool.depth:
                 self.log("spool_drained", {"replayed": replayed})
                 replayed = 0
@@ -288,7 +291,10 @@ class Receiver:
             return "set-aside"
         self.store_refusing = False
         async with self._spooling:
-            await asyncio.to_thread(spool.done, entry)
+            try:
+                await asyncio.to_thread(spool.done, entry)
+            except OSError as failure:  # queued all the same; a file left behind is deduplicated at the next boot
+                self.log("spool_unwritable", {"entry": entry.path.name, "reason": failure.strerror})
         self._count("replayed")
         return "replayed"
 

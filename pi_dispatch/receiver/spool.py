@@ -186,7 +186,8 @@ class Spool:
         self.bytes -= entry.size
 
     def done(self, entry: Entry) -> None:
-        """The entry's jobs are on the store: remove it for good."""
+        """The entry's jobs are on the store: remove it for good (forgotten first, so an OSError from the disk
+        leaves at most a file that a later boot replays, and the store deduplicates)."""
         self._forget(entry)
         with contextlib.suppress(FileNotFoundError):
             entry.path.unlink()

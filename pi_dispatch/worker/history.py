@@ -199,6 +199,7 @@ class RunRecorder:
         self._in_flight: set[asyncio.Task[bool]] = set()
         self.unwritten: dict[str, Mapping[str, Any]] = {}  # record stem -> the latest record not yet on disk
         self.unmirrored: dict[str, Mapping[str, Any]] = {}  # record stem -> a record on disk the store refused
+        self._remirroring = False
 
     @property
     def blocked(self) -> bool:
@@ -234,9 +235,20 @@ class RunRecorder:
         return False
 
     def remirror(self) -> None:
-        """Each beat: mirror again what the store refused, so the fleet shows every run once it takes writes."""
-        for stem, record in list(self.unmirrored.items()):
-            self._start(self._mirrored(record, stem))
+        """Each beat: mirror again what the store refused, so the fleet shows every run once it takes writes; one
+        pass at a time, in order, ending at the first refusal (a store still away costs one try a beat)."""
+        if self.unmirrored and not self._remirroring:
+            self._remirroring = True
+            self._start(self._remirror_all())
+
+    async def _remirror_all(self) -> bool:
+        try:
+            for stem, record in list(self.unmirrored.items()):
+                if not await self._mirrored(record, stem):
+                    return False
+            return True
+        finally:
+            self._remirroring = False
 
     async def recover(self) -> int:
         """At boot: take back the records an earlier run of this worker could not write, and write what the disk

@@ -81,6 +81,13 @@ async def test_killed_server_then_restart(private_redis: RedisServer, tmp_path: 
     assert on_disk == {"before", "during-1", "during-2", "during-3", "after"}
     mirrored = await read_mirrored_runs(fresh)
     assert [record["jobId"] for record in mirrored.runs] == ["after"]  # the restarted server lost its memory
+    assert set(recorder.unmirrored) == {"during-1", "during-2", "during-3"}  # kept for the store's return
+    recorder.remirror()
+    recorder.remirror()  # one pass at a time: a second call while the first runs starts nothing
+    await recorder.settle()
+    remirrored = await read_mirrored_runs(fresh)
+    assert sorted(record["jobId"] for record in remirrored.runs) == ["after", "during-1", "during-2", "during-3"]
+    assert recorder.unmirrored == {}
     hosts = await read_live_hosts(fresh)
     assert isinstance(hosts, LiveHosts) and [host["name"] for host in hosts.hosts] == ["mini1"]
 
