@@ -14,6 +14,9 @@ receiver in a process of its own), with a goal and a reference measured in the s
   store-full four running jobs of 20 s on a worker whose store fills up for 30 s (maxmemory below its use,
              noeviction); figure: jobs fenced (goal: 0; each completed in one attempt, the worker never restarted),
              and the worker's log lines a minute while the store was full
+  clock-skew a host whose clock runs 90 s ahead beside a busy live host with 24 jobs waiting on its queue that
+             only it can run; figure: jobs moved off the live host's queue and jobs failed for good (goal: 0 and 0,
+             and the skew said)
   spool      `pi-dispatch receiver` taking 20 signed deliveries a second while the store refuses every write for
              10 s, SIGKILLed and started again halfway; figure: deliveries answered 202 whose job is not on the
              queue once the store takes writes (goal: 0, and none answered 503), and how long the spool took to drain
@@ -241,8 +244,8 @@ BEAT_S = 15.0  # the worker's beat: the store-reset goal
 
 
 @contextlib.contextmanager
-def one_worker(workdir: Path, url: str, **extra: str) -> Iterator[Fleet]:
-    """A real `pi-dispatch worker` process named mini1 on the store at url, with the example job image."""
+def one_worker(workdir: Path, url: str, name: str = "mini1", **extra: str) -> Iterator[Fleet]:
+    """A real `pi-dispatch worker` process (mini1 unless named) on the store at url, with the example job image."""
     import docker
 
     from pi_dispatch.demo.jobimage import build_example_image
@@ -253,7 +256,7 @@ def one_worker(workdir: Path, url: str, **extra: str) -> Iterator[Fleet]:
     finally:
         client.close()
     fleet = Fleet(workdir, url, image, extra)
-    fleet.start("mini1")
+    fleet.start(name)
     try:
         yield fleet
     finally:
@@ -570,6 +573,73 @@ async def store_full(workdir: Path, _sockets: int, round_number: int) -> Outcome
     return Outcome([line], figures, ok)
 
 
+SKEW_MS = 90_000  # the issue's host ran 90 s ahead
+SKEW_WATCH_S = 45.0
+SKEW_JOBS = 24
+
+
+async def clock_skew(workdir: Path, _sockets: int, round_number: int) -> Outcome:
+    """A live host `prod` (the only one with the profile the jobs need) busy with a long job while SKEW_JOBS more
+    wait on its own queue, and a host without the profile whose clock runs SKEW_MS ahead, for SKEW_WATCH_S; both
+    re-home a silent host's queue after 10 s. What the issue saw: the skewed host took prod for dead, moved 24 jobs
+    to the shared queue and failed 20 of them for good, and nothing warned."""
+    from bullmq import Queue
+
+    from pi_dispatch.config.worker_settings import load_settings
+    from pi_dispatch.infra.clock import wall_ms
+    from pi_dispatch.infra.events import Recorder
+    from pi_dispatch.infra.valkey import fleet_id
+    from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
+    from pi_dispatch.testing.services import worker_process_env
+    from pi_dispatch.worker.containers import ContainerRuntime
+    from pi_dispatch.worker.lifecycle import Worker
+
+    server = RedisServer(workdir)
+    server.start()
+    resolver = write_script(workdir / "resolver", RESOLVER)
+    rehome = {"PI_REHOME_AFTER_MS": "10000"}
+    ids = [f"gh-skew-{round_number}-{number}" for number in range(SKEW_JOBS)]
+    try:
+        profile = {"PI_SECRET_PROFILES": f"prod:{resolver}", "PI_CONCURRENCY": "1"}
+        with one_worker(workdir, server.url, "prod", **profile, **rehome) as fleet:
+            own = Queue("pi-jobs@prod", {"connection": server.url})
+            shared = Queue("pi-jobs", {"connection": server.url})
+            try:
+                long = forge_job(0, trigger={"demoSleep": 60}, secretsProfile="prod", secrets={"T": "ref-0"})
+                await own.add("github", long, {"jobId": f"gh-skew-{round_number}-long", "attempts": 1})
+                for number, job_id in enumerate(ids, start=1):
+                    job = forge_job(number, secretsProfile="prod", secrets={"T": f"ref-{number}"})
+                    await own.add("github", job, {"jobId": job_id, "attempts": 1})
+                env = worker_process_env(workdir, server.url, fleet.image, "skewed", PI_CONCURRENCY="2", **rehome)
+                settings = load_settings(environment=lambda: env)
+                events = Recorder()
+                runtime = ContainerRuntime.connect("skewed", 2, events, fleet_id(server.url))
+                worker = Worker(settings, runtime, events, now=lambda: wall_ms() + SKEW_MS)
+                stop = asyncio.Event()
+                running = asyncio.ensure_future(worker.run(stop))
+                await asyncio.sleep(SKEW_WATCH_S)
+                stop.set()
+                await asyncio.wait_for(running, 120)
+                states = {job_id: await own.getJobState(job_id) for job_id in ids}
+                moved = sum(1 for job_id in ids if states[job_id] == "unknown")  # gone from prod's queue
+                failed = sum(1 for state in states.values() if state == "failed")
+                failed += len(await shared.getJobs(["failed"]))
+                said = "clock_skew" in events.names()
+            finally:
+                await own.close()
+                await shared.close()
+    finally:
+        server.stop()
+    ok = moved == 0 and failed == 0 and said
+    line = (
+        f"a host {SKEW_MS / 1000:g} s ahead beside a busy live host with {SKEW_JOBS} jobs waiting on its queue, "
+        f"{SKEW_WATCH_S:g} s: {moved} moved off the live host's queue, {failed} failed for good, clock_skew said: "
+        f"{'yes' if said else 'no'}" + ("" if ok else "  MISSED")
+    )
+    print(f"clock-skew round {round_number}: {line}", flush=True)
+    return Outcome([line], {"jobs moved off a live host's queue": float(moved), "failed for good": float(failed)}, ok)
+
+
 Scenario = Callable[[Path, int, int], Awaitable[Outcome]]
 SCENARIOS: dict[str, Scenario] = {
     "store-reset": store_reset,
@@ -578,6 +648,7 @@ SCENARIOS: dict[str, Scenario] = {
     "slowloris": slowloris,
     "spool": spool,
     "store-full": store_full,
+    "clock-skew": clock_skew,
 }
 GOALS = {
     "store-reset": f"every scheduler back within one beat ({BEAT_S:g} s)",
@@ -586,6 +657,7 @@ GOALS = {
     "slowloris": f"worst legitimate latency <= {LATENCY_GOAL_S:g} s, every delivery 202",
     "spool": "0 deliveries answered 202 and lost, none answered 503",
     "store-full": "0 running jobs fenced, every one completed in one attempt, no restart",
+    "clock-skew": "0 jobs moved off a live host's queue, 0 failed for good, the skew said",
 }
 
 
