@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, print_json
+from pi_dispatch.cli.common import ExtraVarsOption, JsonOption, ValkeyUrlOption, console, extra_variables, print_json
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.fleet.registry import InvalidRow, LiveHosts
 
@@ -48,12 +47,7 @@ def audit(
     fail_on: Annotated[
         FailOn, typer.Option("--fail-on", help="Exit 1 on findings at or above this level.")
     ] = FailOn.error,
-    extra_vars: Annotated[
-        str | None,
-        typer.Option(
-            "-e", "--extra-vars", help="Variables as a JSON object that win over the inventory's, as the play's do."
-        ),
-    ] = None,
+    extra_vars: ExtraVarsOption = None,
     accept: Annotated[
         list[str] | None,
         typer.Option("--accept", help="A finding code accepted on purpose: still shown, not counted (repeatable)."),
@@ -166,14 +160,3 @@ def accepted_codes(codes: list[str]) -> list[str]:
             ]
         )
     return codes
-
-
-def extra_variables(text: str | None) -> dict[str, object]:
-    """The -e variables: a JSON object, or a config error naming the option."""
-    try:
-        extra = json.loads(text) if text else {}
-    except ValueError:
-        extra = None
-    if not isinstance(extra, dict):
-        raise ConfigError([Problem("--extra-vars", "is not a JSON object", "command line", 'write {"name": value}')])
-    return extra

@@ -26,6 +26,23 @@ ValkeyUrlOption = Annotated[
     str | None,
     typer.Option("--valkey-url", help="The shared Valkey (default: $VALKEY_URL). Password: $VALKEY_PASSWORD."),
 ]
+ExtraVarsOption = Annotated[
+    str | None,
+    typer.Option(
+        "-e", "--extra-vars", help="Variables as a JSON object that win over the inventory's, as the play's do."
+    ),
+]
+
+
+def extra_variables(text: str | None) -> dict[str, object]:
+    """The -e variables: a JSON object, or a config error naming the option."""
+    try:
+        extra = json.loads(text) if text else {}
+    except ValueError:
+        extra = None
+    if not isinstance(extra, dict):
+        raise ConfigError([Problem("--extra-vars", "is not a JSON object", "command line", 'write {"name": value}')])
+    return extra
 
 
 def print_json(document: object) -> None:

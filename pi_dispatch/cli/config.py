@@ -13,7 +13,17 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from pi_dispatch.cli.common import EnvFileOption, JsonOption, console, errors, print_json, problems_as_json, write_file
+from pi_dispatch.cli.common import (
+    EnvFileOption,
+    ExtraVarsOption,
+    JsonOption,
+    console,
+    errors,
+    extra_variables,
+    print_json,
+    problems_as_json,
+    write_file,
+)
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 
 config_app = typer.Typer(
@@ -123,12 +133,14 @@ def config_show(env_file: EnvFileOption = None, as_json: JsonOption = False) -> 
 def config_render(
     host: Annotated[str, typer.Option("--host", help="The inventory host to render.")],
     inventory: Annotated[Path, typer.Option("-i", "--inventory", help="The Ansible inventory file or directory.")],
+    extra_vars: ExtraVarsOption = None,
 ) -> None:
     """Print the env file the host's worker should have, rendered from the inventory."""
     from pi_dispatch.config.hostvars import find_host, render_host_env
     from pi_dispatch.fleet.inventory import load_inventory
 
-    sys.stdout.write(render_host_env(find_host(load_inventory(inventory), host, str(inventory))))
+    hosts = load_inventory(inventory, extra_variables(extra_vars))
+    sys.stdout.write(render_host_env(find_host(hosts, host, str(inventory))))
 
 
 @config_app.command("schema")

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from pi_dispatch.cli.common import ValkeyUrlOption, console, errors
+from pi_dispatch.cli.common import ExtraVarsOption, ValkeyUrlOption, console, errors, extra_variables
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.infra.store import StoreAddress
 
@@ -31,14 +31,10 @@ POLL_S = 1.0
 
 InventoryOption = Annotated[Path, typer.Option("-i", "--inventory", help="The Ansible inventory file or directory.")]
 HostOption = Annotated[str, typer.Option("--host", help="The inventory host being rolled out.")]
-ExtraOption = Annotated[
-    str | None, typer.Option("-e", "--extra-vars", help="Variables as a JSON object, as the play has them.")
-]
 
 
 def _expected(inventory: Path, host: str, extra_vars: str | None, version: str | None) -> Any:
     from pi_dispatch.audit.rollout import Expected
-    from pi_dispatch.cli.audit import extra_variables
     from pi_dispatch.config.hostvars import find_host
     from pi_dispatch.fleet.inventory import load_inventory
 
@@ -48,7 +44,7 @@ def _expected(inventory: Path, host: str, extra_vars: str | None, version: str |
 
 @rollout_app.command("in-flight")
 def in_flight(
-    inventory: InventoryOption, host: HostOption, url: ValkeyUrlOption = None, extra_vars: ExtraOption = None
+    inventory: InventoryOption, host: HostOption, url: ValkeyUrlOption = None, extra_vars: ExtraVarsOption = None
 ) -> None:
     """The ids of the jobs active on the shared queue and the host's own, as JSON: what its stop must not lose."""
     from pi_dispatch.cli.reads import on_store, store_address
@@ -111,7 +107,7 @@ def gate(
         str, typer.Option("--in-flight", help="`rollout in-flight`'s JSON from before its restart.")
     ] = "[]",
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds to wait for it to be healthy.")] = 180.0,
-    extra_vars: ExtraOption = None,
+    extra_vars: ExtraVarsOption = None,
 ) -> None:
     """Wait until the host is back as its inventory renders it, polling, with no in-flight job lost: exit 0, or
     exit 1 naming the host and every reason."""

@@ -1,13 +1,15 @@
 """The fleet as an Ansible inventory declares it, loaded through ansible-core's own loader (the controller's extra).
 
 Worker hosts are the members of the `pi_dispatch_workers` group; each declares its worker through
-`pi_dispatch_worker_*` variables (templated, so vault lookups and `{{ groups[...] }}` work). What those
+`pi_dispatch_worker_*` variables (templated as ansible-playbook templates them: lookups, `{{ groups[...] }}`, and
+vaulted values decrypted with the vault password Ansible's own configuration names). What those
 variables mean, and the env file they render to, is `config/hostvars.py`, which needs no Ansible. Receivers are the
 members of `pi_dispatch_receivers`; the audit reads the triggers file each one is deployed with.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -42,6 +44,30 @@ def _plain(value: object) -> Any:
     return value
 
 
+@functools.cache
+def _vault_secrets() -> list[Any]:
+    """What ansible-playbook sets up before it reads an inventory, once per process: the plugin loader (so lookups
+    such as `password`, `file` and `env` resolve) and the vault secrets from Ansible's configuration
+    (`ANSIBLE_VAULT_PASSWORD_FILE`, `ANSIBLE_VAULT_IDENTITY_LIST` or their ansible.cfg keys). Never prompts."""
+    from ansible.cli import CLI
+    from ansible.constants import DEFAULT_VAULT_IDENTITY_LIST
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import init_plugin_loader
+    from ansible.utils.collection_loader import AnsibleCollectionConfig
+
+    if AnsibleCollectionConfig.collection_finder is None:  # an ansible CLI in this process already made it
+        init_plugin_loader()
+    return list(CLI.setup_vault_secrets(DataLoader(), DEFAULT_VAULT_IDENTITY_LIST, auto_prompt=False))
+
+
+def _load_problem(source: str, error: Exception) -> Problem:
+    first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if "vault" in first_line.lower():
+        fix = "name the vault password as ansible-playbook reads it: ANSIBLE_VAULT_PASSWORD_FILE=<file> or ansible.cfg"
+        return Problem(source, f"cannot be decrypted: {first_line}", source, fix)
+    return Problem(source, f"cannot be loaded: {first_line}", source, "fix the inventory")
+
+
 def _groups_of(
     path: Path, wanted: Mapping[str, tuple[str, bool]], extra: Mapping[str, Any] | None = None
 ) -> dict[str, list[InventoryHost]]:
@@ -61,6 +87,7 @@ def _groups_of(
         raise ConfigError([Problem(source, "does not exist", source, "pass the inventory file or directory with -i")])
     try:
         loader = DataLoader()
+        loader.set_vault_secrets(_vault_secrets())
         inventory = InventoryManager(loader=loader, sources=[source])
         variables = VariableManager(loader=loader, inventory=inventory)
         found: dict[str, list[InventoryHost]] = {}
@@ -81,9 +108,7 @@ def _groups_of(
                 hosts.append(InventoryHost(host.name, _plain(templated), source))
         return found
     except AnsibleError as error:
-        raise ConfigError(
-            [Problem(source, f"cannot be loaded: {str(error).splitlines()[0]}", source, "fix the inventory")]
-        ) from error
+        raise ConfigError([_load_problem(source, error)]) from error
 
 
 def _folder(path: Path, host: InventoryHost) -> str:

@@ -21,6 +21,7 @@ from pi_dispatch.cli.app import app
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "inventory.example"
 NO_SCHEME = "127.0.0.1:16399"
+NOT_JSON = "[not json"  # an --extra-vars that is no JSON object: a config error, exit 2
 MISSING = "/nonexistent/pi-dispatch/t.json"
 
 
@@ -68,7 +69,10 @@ def bad_inputs(job_file: Path, down: str) -> dict[tuple[str, ...], list[list[str
     walked[("config", "check")] = [["config", "check", "--env-file", MISSING]]
     walked[("config", "show")] = [["config", "show", "--env-file", MISSING]]
     walked[("config", "triggers")] = [["config", "triggers", MISSING]]
-    walked[("config", "render")] = [["config", "render", "-i", MISSING, "--host", "mini1"]]
+    walked[("config", "render")] = [
+        ["config", "render", "-i", MISSING, "--host", "mini1"],
+        ["config", "render", "-i", str(EXAMPLE), "--host", "mini1", "--extra-vars", NOT_JSON],
+    ]
     walked[("config", "schema")] = [["config", "schema", "--write", MISSING]]
     return walked
 
@@ -103,7 +107,7 @@ def test_no_command_shows_a_traceback_for_bad_input(tmp_path: Path) -> None:
     wrong = []
     for arguments, result in zip(invocations, done, strict=True):
         said = (result.stdout + result.stderr).strip()
-        expected = 2 if NO_SCHEME in arguments or MISSING in arguments else 1
+        expected = 2 if {NO_SCHEME, MISSING, NOT_JSON} & set(arguments) else 1
         if "Traceback" in said or result.returncode != expected or not said or len(said.splitlines()) > 6:
             wrong.append(f"{' '.join(arguments)} -> {result.returncode}: {said[-600:]}")
     assert wrong == []
