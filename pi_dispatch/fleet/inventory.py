@@ -90,6 +90,9 @@ def _groups_of(
         loader.set_vault_secrets(_vault_secrets())
         inventory = InventoryManager(loader=loader, sources=[source])
         variables = VariableManager(loader=loader, inventory=inventory)
+        # what ansible-playbook adds from its command line, which inventories may name (the example's credentials
+        # folder does): the sources as absolute paths, symlinks kept
+        as_playbook = {"ansible_inventory_sources": [str(path.expanduser().absolute())]}
         found: dict[str, list[InventoryHost]] = {}
         for group_name, (prefix, required) in wanted.items():
             group = inventory.groups.get(group_name)
@@ -101,7 +104,7 @@ def _groups_of(
                 continue
             hosts = found.setdefault(group_name, [])
             for host in group.get_hosts():
-                all_vars = variables.get_vars(host=host, include_hostvars=True) | dict(extra or {})
+                all_vars = variables.get_vars(host=host, include_hostvars=True) | as_playbook | dict(extra or {})
                 ours = {key: value for key, value in all_vars.items() if key.startswith(prefix)}
                 ours |= {"inventory_dir": all_vars.get("inventory_dir")}
                 templated = Templar(loader=loader, variables=all_vars).template(ours)

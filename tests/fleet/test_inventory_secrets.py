@@ -27,15 +27,15 @@ def _copy_of_the_example(tmp_path: Path) -> Path:
     return folder
 
 
-def _receiver_secret(folder: Path) -> str:
-    """The receiver's webhook secret as the role would template it (the loader keeps only the workers' variables;
-    the receivers' are templated the same way, so ask Ansible itself)."""
+def _as_ansible_reads(folder: Path, host: str, variable: str) -> str:
+    """A variable as Ansible itself templates it for one host (the loader keeps only the workers' variables; the
+    receivers' and the controller's own plays, on an implicit localhost, read the same group_vars)."""
     listed = subprocess.run(
-        [Path(sys.executable).parent / "ansible", "receiver", "-i", folder / "hosts.yml", "-m", "debug", "-a",
-         f"var={RECEIVER_SECRET}"],
+        [Path(sys.executable).parent / "ansible", host, "-i", folder / "hosts.yml", "-m", "debug", "-a",
+         f"var={variable}"],
         capture_output=True, text=True, check=True, cwd=folder,
     )  # fmt: skip
-    return listed.stdout.split(f'"{RECEIVER_SECRET}": "')[1].split('"')[0]
+    return listed.stdout.split(f'"{variable}": "')[1].split('"')[0]
 
 
 def test_the_example_makes_its_secrets_once_on_the_controller_private_and_never_as_inventory(tmp_path: Path) -> None:
@@ -52,7 +52,9 @@ def test_the_example_makes_its_secrets_once_on_the_controller_private_and_never_
     assert again == first and rendered.returncode == 0 and f"VALKEY_PASSWORD={made}\n" in rendered.stdout
     # the receiver's secret comes from the same folder, and ansible-playbook's own reading agrees with ours
     webhook = (credentials / "github-webhook-secret").read_text().strip()
-    assert len(webhook) == 40 and _receiver_secret(folder) == webhook
+    assert len(webhook) == 40 and _as_ansible_reads(folder, "receiver", RECEIVER_SECRET) == webhook
+    # a play on the controller (localhost is in no inventory file, so it has no inventory_dir) finds the same folder
+    assert _as_ansible_reads(folder, "localhost", "pi_dispatch_valkey_password") == made
     # never committed: no file the example ships holds either, and Ansible reads no credential as a host
     files = [path for path in EXAMPLE.resolve().rglob("*") if path.is_file() and ".credentials" not in path.parts]
     shipped = "".join(path.read_text() for path in files)
