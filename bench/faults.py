@@ -20,6 +20,7 @@ receiver in a process of its own), with a goal and a reference measured in the s
   spool      `pi-dispatch receiver` taking 20 signed deliveries a second while the store refuses every write for
              10 s, SIGKILLed and started again halfway; figure: deliveries answered 202 whose job is not on the
              queue once the store takes writes (goal: 0, and none answered 503), and how long the spool took to drain
+  disk-full, wrong-policy, job-network: see bench/faultcases.py
 
 One line per scenario and round, then the median over rounds with its range. Exit 1 when a goal is missed.
 
@@ -43,7 +44,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chaos import Fleet
+from faultcases import Outcome, disk_full, job_network, one_worker, wrong_policy
 
 from pi_dispatch.core.descriptors import descriptors_needed
 from pi_dispatch.demo.store import free_port
@@ -195,13 +196,6 @@ def summary(answers: list[tuple[float, int]]) -> tuple[float, float, int]:
     return statistics.median(latencies), max(latencies), sum(1 for _, status in answers if status == 202)
 
 
-@dataclass
-class Outcome:
-    lines: list[str]
-    figures: dict[str, float]
-    passed: bool
-
-
 async def slowloris(workdir: Path, sockets: int, round_number: int) -> Outcome:
     server = RedisServer(workdir)
     server.start()
@@ -241,26 +235,6 @@ async def slowloris(workdir: Path, sockets: int, round_number: int) -> Outcome:
 
 
 BEAT_S = 15.0  # the worker's beat: the store-reset goal
-
-
-@contextlib.contextmanager
-def one_worker(workdir: Path, url: str, name: str = "mini1", **extra: str) -> Iterator[Fleet]:
-    """A real `pi-dispatch worker` process (mini1 unless named) on the store at url, with the example job image."""
-    import docker
-
-    from pi_dispatch.demo.jobimage import build_example_image
-
-    client = docker.from_env()
-    try:
-        image = build_example_image(client)
-    finally:
-        client.close()
-    fleet = Fleet(workdir, url, image, extra)
-    fleet.start(name)
-    try:
-        yield fleet
-    finally:
-        fleet.stop_all()
 
 
 async def schedulers(url: str, queue: str) -> int:
@@ -649,6 +623,9 @@ SCENARIOS: dict[str, Scenario] = {
     "spool": spool,
     "store-full": store_full,
     "clock-skew": clock_skew,
+    "disk-full": disk_full,
+    "wrong-policy": wrong_policy,
+    "job-network": job_network,
 }
 GOALS = {
     "store-reset": f"every scheduler back within one beat ({BEAT_S:g} s)",
@@ -658,6 +635,9 @@ GOALS = {
     "spool": "0 deliveries answered 202 and lost, none answered 503",
     "store-full": "0 running jobs fenced, every one completed in one attempt, no restart",
     "clock-skew": "0 jobs moved off a live host's queue, 0 failed for good, the skew said",
+    "disk-full": "0 completed jobs without a record after a full disk, a stop and a restart",
+    "wrong-policy": "0 jobs run: the worker and the receiver refuse the store at boot (exit 2)",
+    "job-network": "no job reaches the store's port (Docker's default bridge does)",
 }
 
 
