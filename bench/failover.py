@@ -71,9 +71,10 @@ async def serve(port: int) -> None:
     from pi_dispatch.triggers.file import parse_triggers
 
     def refusals(event: str, fields: Mapping[str, object]) -> None:
-        """Why a delivery was refused, on stderr (the round's receiver.log)."""
-        if event == "enqueue_failed":
-            print(f"{time.monotonic():.2f} {event} {fields.get('reason')}", file=sys.stderr, flush=True)
+        """Why a delivery was refused, on stderr (the round's receiver.log); with BENCH_KEEP, every delivery."""
+        if event == "enqueue_failed" or KEEP_LOGS:
+            said = fields.get("reason") or fields.get("jobId") or ""
+            print(f"{time.monotonic():.2f} {event} {fields.get('delivery')} {said}", file=sys.stderr, flush=True)
 
     store = store_from_environ()
     rules = Rules.from_triggers(parse_triggers(json.dumps(TRIGGERS), "bench"))
@@ -243,7 +244,10 @@ async def one_round(scenario: str, rate: float, image: str) -> Figures:
                     print(f"  fault at {began:.2f}, promoted at {promoted:.2f}; logs kept in {root}", flush=True)
                 found = await settled(store, job_ids)
                 figures.acknowledged = len(job_ids)
-                figures.lost = sum(1 for job_id in job_ids if found.get(job_id, "unknown") == "unknown")
+                lost = [job_id for job_id in job_ids if found.get(job_id, "unknown") == "unknown"]
+                figures.lost = len(lost)
+                if KEEP_LOGS and lost:
+                    print(f"  acked but lost: {' '.join(lost)}", flush=True)
                 figures.unsettled = sum(
                     1 for state in found.values() if state not in ("completed", "failed", "unknown")
                 )

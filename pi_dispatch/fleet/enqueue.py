@@ -26,7 +26,7 @@ from pi_dispatch.core.jobs import (
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
 from pi_dispatch.fleet.snapshot import FleetView, fleet_view
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.store import ReplicaCount, StoreAddress
+from pi_dispatch.infra.store import NotPrimary, ReplicaCount, StoreAddress
 from pi_dispatch.infra.valkey import bounded, describe
 
 HOSTS_TTL_S: Final = 5.0
@@ -169,7 +169,8 @@ class Enqueuer:
     alone costs what BullMQ's own costs. Adds that arrive while a send to their queue is in flight gather, and go
     together as soon as it ends, in one BullMQ `addBulk` (one round trip, one MULTI/EXEC), so overlapping
     deliveries cost fewer round trips than jobs. Each add still answers for its own job: the id BullMQ kept, or
-    the error that sank its batch.
+    the error that sank its batch. On a replicated store a batch is added one by one on the queue's own connection
+    and confirmed by one WAIT: WAIT counts only what its connection wrote, and BullMQ's addBulk writes on another.
     """
 
     store: StoreAddress
@@ -196,7 +197,12 @@ class Enqueuer:
             return
         if self._replicas is None:
             self._replicas = ReplicaCount(self.store)
-        required = await self._replicas.required()
+        connection = queue.client.connection  # the one connection the add went on (`queue_connection(single=True)`)
+        try:
+            required = await self._replicas.required((str(connection.host), int(connection.port)))
+        except NotPrimary:
+            await connection.disconnect()  # the next add asks the Sentinels where the primary is
+            raise
         confirmed = await queue.client.execute_command("WAIT", required, self.replica_wait_ms)
         if int(confirmed) < required:
             raise NotReplicated(
@@ -243,7 +249,10 @@ class Enqueuer:
         try:
             async with asyncio.timeout(self.add_timeout_s):
                 queue = self._queue(name)
-                added = await queue.addBulk([{"name": add.kind, "data": add.data, "opts": add.options} for add in adds])
+                if self.store.replicated:  # BullMQ's addBulk sends its MULTI on another connection than the WAIT's
+                    added = [await queue.add(add.kind, add.data, add.options) for add in adds]
+                else:
+                    added = await queue.addBulk([{"name": a.kind, "data": a.data, "opts": a.options} for a in adds])
                 await self._replicated(queue)
         except BaseException as error:  # every add of the batch answers with the error, then it goes on up
             for add in adds:

@@ -183,46 +183,77 @@ class StoreAddress:
         return client
 
 
+class NotPrimary(ConnectionError):
+    """The Sentinels name another node primary than the one a write reached: an old primary, whose writes the
+    failover that demoted it drops."""
+
+
 @dataclass
 class ReplicaCount:
-    """How many replicas an acknowledged write must reach: every replica of the primary the Sentinels see up (one at
-    least), asked at most once per `ttl_s`.
+    """How many replicas a write to the node a connection reached must reach: every replica the Sentinels see up (one
+    at least), read with the primary they name, at most once per `ttl_s`.
 
     One replica's WAIT is not enough: in a failover with the old primary still reachable, the replica promoted stops
     replicating first, the other still confirms writes to the old primary, then resynchronises from the new one and
     drops them. Counting the replicas the Sentinels know (`_replica_up`), the old primary cannot confirm a write once
     one of them is promoted, so such a write is not acknowledged. A replica that dies lowers the count once the
     Sentinels mark it down (its `down-after-milliseconds`); until then writes wait in vain and are refused, never
-    lost."""
+    lost.
+
+    Nor is the count enough once the Sentinels have switched: they list the new primary's replicas, each afresh (not
+    yet connected, not counted), so the count falls to one, which the old primary's last replica still gives until
+    it too is moved. A write therefore counts only on the node the Sentinels name primary; on another it is refused
+    (`NotPrimary`). A Sentinel that has not yet heard of the switch names the old primary with its replicas, the
+    promoted one among them (it reports itself primary), so the old primary cannot confirm that count either."""
 
     store: StoreAddress
     ttl_s: float = 1.0
     clock: Callable[[], float] = time.monotonic
     _known: int = 1
+    _primary: tuple[str, int] | None = None
     _asked_at: float = float("-inf")
     _sentinel: Sentinel | None = None
 
-    async def required(self) -> int:
-        if self.clock() - self._asked_at < self.ttl_s:
-            return self._known
+    async def required(self, serving: tuple[str, int]) -> int:
+        """The replicas a write `serving` took must reach; NotPrimary when the Sentinels name another primary (asked
+        again at once when the last answer named another: the connection may have followed a promotion)."""
+        if self.clock() - self._asked_at >= self.ttl_s or self._primary != serving:
+            await self._ask()
+        if self._primary != serving:
+            named = "no primary" if self._primary is None else f"{self._primary[0]}:{self._primary[1]}"
+            raise NotPrimary(f"the Sentinels name {named} primary, not {serving[0]}:{serving[1]} that took the write")
+        return self._known
+
+    async def _ask(self) -> None:
+        """The first Sentinel that answers: the primary it names and the replicas of it it sees up."""
         self._asked_at = self.clock()
         if self._sentinel is None:
             self._sentinel = self.store._sentinel(OP_TIMEOUT_S)
+        name = self.store.primary_name
         for watcher in self._sentinel.sentinels:
             try:
-                listed = await watcher.execute_command(  # type: ignore[no-untyped-call]
-                    "SENTINEL", "REPLICAS", self.store.primary_name
+                address = await watcher.execute_command(  # type: ignore[no-untyped-call]
+                    "SENTINEL", "GET-MASTER-ADDR-BY-NAME", name
                 )
+                listed = await watcher.execute_command("SENTINEL", "REPLICAS", name)  # type: ignore[no-untyped-call]
             except redis_errors.RedisError:
                 continue
+            self._primary = _address(address)
             self._known = max(1, sum(1 for entry in listed if _replica_up(entry)))
-            break
-        return self._known
+            return
 
     async def close(self) -> None:
         if self._sentinel is not None:
             for watcher in self._sentinel.sentinels:
                 await watcher.aclose()
+
+
+def _address(reply: Any) -> tuple[str, int] | None:
+    """A GET-MASTER-ADDR-BY-NAME reply as (host, port); None when it names none."""
+    if not isinstance(reply, (list, tuple)) or len(reply) != 2:
+        return None
+    host, port = reply_text(reply[0]), reply_text(reply[1])
+    return (host, int(port)) if port.isascii() and port.isdigit() else None
 
 
 def _replica_up(entry: Any) -> bool:

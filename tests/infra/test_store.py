@@ -9,17 +9,20 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from redis.exceptions import ConnectionError as StoreConnectionError
 
 from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, NotReplicated
 from pi_dispatch.infra.store import (
     DEFAULT_PRIMARY_NAME,
+    NotPrimary,
+    ReplicaCount,
     StoreAddress,
     database_of,
     parse_sentinels,
     store_from_environ,
 )
 from pi_dispatch.testing.jobs import forge_job
-from pi_dispatch.testing.replicated import ReplicatedStore
+from pi_dispatch.testing.replicated import PRIMARY_NAME, ReplicatedStore
 
 
 def test_sentinels_are_host_port_entries_ipv6_in_brackets_each_asked_once() -> None:
@@ -98,6 +101,57 @@ async def test_an_acknowledged_add_is_on_a_replica_and_one_no_replica_confirms_i
     finally:
         await enqueuer.close()
         await client.aclose()
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_adds_that_gathered_behind_another_are_acknowledged_only_once_a_replica_holds_them(
+    replicated: ReplicatedStore,
+) -> None:
+    """WAIT counts what its own connection wrote: a batch written on another connection would be confirmed by the
+    replicas' copy of the add before it, and lost in a failover."""
+    enqueuer = Enqueuer(replicated.address(), ForgeRouter(no_hosts), replica_wait_ms=300)
+    replicas = [node.process for node in replicated.data if node is not replicated.primary()]
+    try:
+        await enqueuer.enqueue_forge_job("github", forge_job(10))  # the queue and its connection are open
+        alone = asyncio.ensure_future(enqueuer.enqueue_forge_job("github", forge_job(11)))
+        gathered = [asyncio.ensure_future(enqueuer.enqueue_forge_job("github", forge_job(n))) for n in (12, 13)]
+        await alone  # a replica holds it; the two that gathered behind it are being sent together now
+        for process in replicas:  # and the replicas stop reading before any of them can confirm the batch
+            assert process is not None
+            process.send_signal(19)  # SIGSTOP
+        answers = await asyncio.gather(*gathered, return_exceptions=True)
+        assert [type(answer) for answer in answers] == [NotReplicated, NotReplicated], answers
+    finally:
+        for process in replicas:
+            assert process is not None
+            process.send_signal(18)  # SIGCONT
+        await enqueuer.close()
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_a_write_to_a_primary_the_sentinels_no_longer_name_is_not_acknowledged() -> None:
+    """The state a failover leaves for a moment: the old primary still takes writes and a replica still confirms
+    them, but the Sentinels name another node (here they are pointed at a replica; in a failover, the promoted one)."""
+    with ReplicatedStore() as store:
+        enqueuer = Enqueuer(store.address(), ForgeRouter(no_hosts), replica_wait_ms=300)
+        old = store.primary()
+        try:
+            await enqueuer.enqueue_forge_job("github", forge_job(1))  # the queue's connection reaches the primary
+            named = next(node for node in store.data if node is not old)
+            for watcher in store.watchers:
+                store._ask(watcher, "REMOVE", PRIMARY_NAME)
+                store._ask(watcher, "MONITOR", PRIMARY_NAME, "127.0.0.1", str(named.port), "2")
+            await asyncio.sleep(ReplicaCount.ttl_s + 0.1)  # the Sentinels' last answer is kept that long
+            with pytest.raises(NotPrimary, match=f"name 127.0.0.1:{named.port} primary, not 127.0.0.1:{old.port}"):
+                await enqueuer.enqueue_forge_job("github", forge_job(2))
+            queue = enqueuer.queues["pi-jobs"]
+            assert not queue.client.connection.is_connected  # the next add asks the Sentinels again
+            with pytest.raises(StoreConnectionError, match="now a slave"):  # it reaches the node they name: a replica
+                await enqueuer.enqueue_forge_job("github", forge_job(3))
+        finally:
+            await enqueuer.close()
 
 
 @pytest.mark.redis
