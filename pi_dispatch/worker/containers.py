@@ -57,6 +57,12 @@ def _log_config(spec: ContainerSpec) -> LogConfig:
     return LogConfig(type=LogConfig.types.JSON, config={"max-size": f"{spec.log_mb}m", "max-file": "1"})
 
 
+def _labels(container: Any) -> dict[str, str]:
+    """A listed container's labels (a sparse listing has them at the top, as the daemon's list gives them)."""
+    labels = container.attrs.get("Labels")
+    return labels if isinstance(labels, dict) else {}
+
+
 class DockerUnavailable(PiDispatchError):
     """The Docker daemon cannot be reached; worth another attempt, never the job's fault."""
 
@@ -146,9 +152,14 @@ class ContainerRuntime:
         return str(found.id)
 
     async def _fleet_containers(self, *labels: str) -> list[Any]:
+        """The fleet's containers with these labels, from the daemon's listing alone (`sparse`: without it docker-py
+        inspects each one it lists, a round trip per container, and one removed meanwhile fails the whole list)."""
         try:
             found: list[Any] = await self._call(
-                self.client.containers.list, all=True, filters={"label": [f"{LABEL_FLEET}={self.fleet}", *labels]}
+                self.client.containers.list,
+                all=True,
+                sparse=True,
+                filters={"label": [f"{LABEL_FLEET}={self.fleet}", *labels]},
             )
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
             raise DockerUnavailable("the Docker daemon did not list containers") from error
@@ -171,7 +182,7 @@ class ContainerRuntime:
             return 0
         orphans, gone = [], set()
         for container in containers:
-            labels = container.labels if isinstance(container.labels, dict) else {}
+            labels = _labels(container)
             host = labels.get(LABEL_HOST)
             if host == self.host and labels.get(LABEL_INSTANCE) != self.instance:
                 orphans.append(container)
@@ -183,7 +194,7 @@ class ContainerRuntime:
                 back = await confirm(gone)
             except Exception:
                 return 0  # not knowing whether a host is live is not knowing its containers are orphans
-            orphans = [c for c in orphans if (c.labels or {}).get(LABEL_HOST) not in back]
+            orphans = [c for c in orphans if _labels(c).get(LABEL_HOST) not in back]
         return await self._remove_all(orphans)
 
     async def _remove_all(self, strays: list[Any]) -> int:
