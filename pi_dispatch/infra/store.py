@@ -260,10 +260,15 @@ def _replica_up(entry: Any) -> bool:
     """Whether one entry of SENTINEL REPLICAS (a flat list of names and values) is a replica a write must reach: one
     up and in sync with its primary, or one that reports itself primary (promoted, or an old primary not yet turned
     into a replica): counting those, an old primary never confirms a write alone. One still loading its first copy
-    is not counted, so a replica that comes back does not hold writes up while it catches up."""
+    is not counted, so a replica that comes back does not hold writes up while it catches up.
+
+    A replica the Sentinel is merely disconnected from is counted as it last saw it: the replica a failover promotes
+    closes every client's connection as it is promoted (Sentinel's `CLIENT KILL TYPE normal`), the Sentinels' own
+    among them, so for a moment every Sentinel has it `disconnected`; left out, the count fell to the one replica
+    still confirming the old primary's writes. Only one the Sentinels judge down is left out."""
     raw = dict(zip(entry[::2], entry[1::2], strict=False)) if isinstance(entry, list) else {}
     fields = {reply_text(name): reply_text(value) for name, value in raw.items()}
-    if {"s_down", "o_down", "disconnected"} & set(fields.get("flags", "").split(",")):
+    if {"s_down", "o_down"} & set(fields.get("flags", "").split(",")):
         return False
     return fields.get("master-link-status") == "ok" or fields.get("role-reported") == "master"
 

@@ -131,6 +131,30 @@ async def test_adds_that_gathered_behind_another_are_acknowledged_only_once_a_re
 
 @pytest.mark.redis
 @pytest.mark.slow
+async def test_a_replica_the_sentinels_are_only_disconnected_from_still_counts(replicated: ReplicatedStore) -> None:
+    """As a failover promotes a replica, it closes the Sentinels' connections to it: counted out, the old primary's
+    other replica alone would confirm writes the promotion then drops."""
+    primary = replicated.primary()
+    replica = next(node for node in replicated.data if node is not primary)
+    admin = replicated._data_client(replica)
+    count = ReplicaCount(replicated.address())
+    try:
+        admin.config_set("maxclients", 1)  # the Sentinels cannot connect again while it is asserted
+        admin.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+        deadline = time.monotonic() + 10
+        while "disconnected" not in str(replicated._ask(replicated.watchers[0], "REPLICAS", PRIMARY_NAME)):
+            assert time.monotonic() < deadline, "the Sentinel never saw the replica disconnected"
+            await asyncio.sleep(0.05)
+        assert await count.required(("127.0.0.1", primary.port)) == 2
+    finally:
+        admin.config_set("maxclients", 10_000)
+        admin.close()
+        await count.close()
+        replicated.wait_settled()
+
+
+@pytest.mark.redis
+@pytest.mark.slow
 async def test_a_write_to_a_primary_the_sentinels_no_longer_name_is_not_acknowledged() -> None:
     """The state a failover leaves for a moment: the old primary still takes writes and a replica still confirms
     them, but the Sentinels name another node (here they are pointed at a replica; in a failover, the promoted one)."""
