@@ -91,8 +91,11 @@ class Overlaps:
         while not self._stop.is_set():
             with contextlib.suppress(Exception):
                 seen: dict[str, int] = defaultdict(int)
-                for container in self.client.containers.list(filters={"label": LABEL_JOB}):
-                    job, host = container.labels.get(LABEL_JOB, ""), container.labels.get(LABEL_HOST, "")
+                # sparse: the listing alone; docker-py otherwise inspects each container, and one that ends in
+                # between fails the whole poll, so under load short jobs went unseen
+                for container in self.client.containers.list(sparse=True, filters={"label": LABEL_JOB}):
+                    labels = container.attrs.get("Labels") or {}
+                    job, host = labels.get(LABEL_JOB, ""), labels.get(LABEL_HOST, "")
                     seen[job] += 1
                     self.hosts[job].add(host)
                     self.first_seen.setdefault((job, host), time.monotonic())

@@ -135,7 +135,9 @@ class ContainerWatch:
     def _poll(self) -> None:
         while not self._stop.is_set():
             with contextlib.suppress(Exception):
-                running = self.docker.containers.list(filters={"label": self.label, "status": "running"})
+                running = self.docker.containers.list(  # sparse: one call, no race with a container that ends
+                    sparse=True, filters={"label": self.label, "status": "running"}
+                )
                 self.samples += 1
                 self.most = max(self.most, len(running))
                 self.seen.update(container.id for container in running)
