@@ -15,7 +15,7 @@ import pytest
 from pi_dispatch.infra.events import Recorder
 from pi_dispatch.receiver.spool import SET_ASIDE, Spool, SpoolFull
 from pi_dispatch.testing.services import RedisServer
-from tests.support.receiving import queued_jobs, rules_of, served
+from tests.support.receiving import Served, queued_jobs, rules_of, served
 
 JOB = {"repo": "octo/repo", "target": {"type": "issue", "number": 42}, "trigger": {"deliveryId": "d-1"}}
 
@@ -110,6 +110,14 @@ async def drained(spool: Spool, timeout_s: float = 30) -> None:
     assert spool.depth == 0, f"{spool.depth} entries still spooled"
 
 
+async def said(front: Served, event: str, timeout_s: float = 10) -> None:
+    """Wait until the receiver has logged `event` (the replay loop says it after its step ends, a moment after the
+    spool's depth shows the step's effect)."""
+    deadline = time.monotonic() + timeout_s
+    while not front.events(event) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
 @pytest.mark.redis
 @pytest.mark.slow
 async def test_a_store_outage_is_answered_202_and_queued_in_order_once_it_is_back(
@@ -128,13 +136,12 @@ async def test_a_store_outage_is_answered_202_and_queued_in_order_once_it_is_bac
             assert [fields["why"] for fields in front.events("delivery_spooled")] == ["store-refused"] + [
                 "behind-spool"
             ] * 4  # once one waits, the rest queue behind it rather than overtake it
-            deadline = time.monotonic() + 10
-            while not front.events("spool_replay_blocked") and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
+            await said(front, "spool_replay_blocked")
             await asyncio.sleep(1)  # several tries at pause_s
             assert len(front.events("spool_replay_blocked")) == 1  # one line an outage, not one a try
             private_redis.start()
             await drained(spool)
+            await said(front, "spool_drained")
         finally:
             replay.cancel()
     replayed = [fields for fields in front.events("enqueued") if fields.get("spooled")]
