@@ -51,7 +51,7 @@ from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
 from pi_dispatch.testing.services import PrivateDocker, worker_process_env
 from pi_dispatch.testing.stalling import StallingRelay
-from pi_dispatch.worker.containers import LABEL_HOST, LABEL_JOB
+from pi_dispatch.worker.containers import LABEL_HOST, LABEL_JOB, listed_labels
 from pi_dispatch.worker.history import read_records
 
 GOAL_S = 180.0
@@ -94,7 +94,7 @@ class Overlaps:
                 # sparse: the listing alone; docker-py otherwise inspects each container, and one that ends in
                 # between fails the whole poll, so under load short jobs went unseen
                 for container in self.client.containers.list(sparse=True, filters={"label": LABEL_JOB}):
-                    labels = container.attrs.get("Labels") or {}
+                    labels = listed_labels(container)
                     job, host = labels.get(LABEL_JOB, ""), labels.get(LABEL_HOST, "")
                     seen[job] += 1
                     self.hosts[job].add(host)

@@ -57,7 +57,7 @@ def _log_config(spec: ContainerSpec) -> LogConfig:
     return LogConfig(type=LogConfig.types.JSON, config={"max-size": f"{spec.log_mb}m", "max-file": "1"})
 
 
-def _labels(container: Any) -> dict[str, str]:
+def listed_labels(container: Any) -> dict[str, str]:
     """A listed container's labels (a sparse listing has them at the top, as the daemon's list gives them)."""
     labels = container.attrs.get("Labels")
     return labels if isinstance(labels, dict) else {}
@@ -182,7 +182,7 @@ class ContainerRuntime:
             return 0
         orphans, gone = [], set()
         for container in containers:
-            labels = _labels(container)
+            labels = listed_labels(container)
             host = labels.get(LABEL_HOST)
             if host == self.host and labels.get(LABEL_INSTANCE) != self.instance:
                 orphans.append(container)
@@ -194,7 +194,7 @@ class ContainerRuntime:
                 back = await confirm(gone)
             except Exception:
                 return 0  # not knowing whether a host is live is not knowing its containers are orphans
-            orphans = [c for c in orphans if _labels(c).get(LABEL_HOST) not in back]
+            orphans = [c for c in orphans if listed_labels(c).get(LABEL_HOST) not in back]
         return await self._remove_all(orphans)
 
     async def _remove_all(self, strays: list[Any]) -> int:
