@@ -14,6 +14,13 @@ from hypothesis import settings
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.services import RedisServer
 
+# A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment. rich reads both once, when a Console is
+# made (the CLI's, at import), and would then print every in-process command 80 columns wide, where a run without
+# xdist follows the COLUMNS each call sets. Nothing of ours asks for them.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
 # Speed is measured by bench/, never asserted by a test: no per-example deadline on a slow machine.
 settings.register_profile("pi-dispatch", deadline=None, print_blob=True)
 settings.load_profile("pi-dispatch")

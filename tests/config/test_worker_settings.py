@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -93,12 +92,12 @@ def test_hostile_values_are_refused_by_name(env: dict[str, str], fragment: str) 
     assert any(fragment in message for message in refused(env))
 
 
-def test_ten_thousand_profiles_are_refused_quickly() -> None:
+def test_ten_thousand_profiles_are_refused_once_by_their_count_not_one_by_one() -> None:
     huge = ",".join(f"p{i}:/opt/pi/p{i}.sh" for i in range(10_000))
-    started = time.monotonic()
     messages = refused({"PI_SECRET_PROFILES": huge})
-    assert time.monotonic() - started < 30
-    assert any("10000 profiles; at most 256" in message for message in messages)
+    assert [message for message in messages if "PI_SECRET_PROFILES" in message] == [
+        next(message for message in messages if "10000 profiles; at most 256" in message)
+    ]  # the count is checked before each entry: one message, never ten thousand (how long it takes is bench/'s)
 
 
 def test_secrets_are_never_in_errors_or_repr() -> None:

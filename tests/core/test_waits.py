@@ -163,13 +163,21 @@ def test_a_denied_slot_defers_a_quarter_cadence_with_a_floor_and_counts_no_check
 
 
 @pytest.mark.parametrize(
-    "stored",
-    [None, "x", [], {"since": "1", "checks": -1, "faults": True, "checked": "yes"}, {"since": 2**60, "checks": 2**60}],
+    ("stored", "since_ms"),
+    [
+        (None, None),
+        ("x", None),
+        ([], None),
+        ({"since": "1", "checks": -1, "faults": True, "checked": "yes"}, None),
+        ({"since": -5, "checks": 1.5}, None),
+        ({"since": True}, None),
+        ({"since": 2**60, "checks": 2**60}, 2**60),  # a time far off is still a time; the counts are not counts
+    ],
 )
-def test_hold_state_reads_hostile_data_as_no_hold(stored: object) -> None:
+def test_hold_state_reads_hostile_data_as_no_hold(stored: object, since_ms: int | None) -> None:
     state = HoldState.from_data(stored)
     assert state.checks == 0 and state.faults == 0 and state.checked is False
-    assert state.since_ms is None or state.since_ms == 2**60
+    assert state.since_ms == since_ms
 
 
 def test_hold_state_round_trips() -> None:

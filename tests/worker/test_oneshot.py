@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,21 +105,39 @@ def test_only_a_job_that_says_once_literally_spends_anything(data: dict[str, Any
     assert one_shot(data) is None
 
 
+@contextlib.contextmanager
+def read_only(folder: Path) -> Iterator[str]:
+    """The folder made unwritable to this process; yields the errno name a write then fails with. As root (CI) a
+    folder's mode stops nothing, so it is bind-mounted read-only over itself instead."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        try:
+            yield "EACCES"
+        finally:
+            folder.chmod(0o755)
+        return
+    if shutil.which("mount") is None:
+        pytest.fail("a read-only bind mount needs mount(8) (`./dev test` runs as root on Debian)")
+    subprocess.run(["mount", "--bind", str(folder), str(folder)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True)
+        yield "EROFS"
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
 def test_no_file_or_a_read_only_folder_is_logged_never_raised(tmp_path: Path) -> None:
     events = Recorder()
     assert not OneShots(tmp_path / "missing.json", events).spend("gh-d1", job(0), NOW)
     assert events.events == [("trigger_disarm_failed", {"jobId": "gh-d1", "index": 0, "reason": "ENOENT"})]
-    if os.geteuid() == 0:
-        pytest.skip("root writes through a read-only folder's mode")
     folder = tmp_path / "ro"
     folder.mkdir()
     path = write(folder / "triggers.json", ISSUE_ONCE)
-    folder.chmod(0o555)
-    try:
+    before = path.read_bytes()
+    with read_only(folder) as reason:
         assert not OneShots(path, events).spend("gh-d1", job(0, number=40), NOW)
-    finally:
-        folder.chmod(0o755)
-    assert events.events[-1][1]["reason"] == "EACCES"
+    assert events.events[-1] == ("trigger_disarm_failed", {"jobId": "gh-d1", "index": 0, "reason": reason})
+    assert path.read_bytes() == before  # nothing half-written
 
 
 def test_without_a_triggers_file_setting_it_falls_back_to_the_working_directory(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -153,14 +154,18 @@ async def test_with_stealing_off_an_idle_capable_host_only_counts_its_idle_slots
     busy_env = env(tmp_path, valkey_url, job_image, "busy", PI_CONCURRENCY="1")
     idle_env = env(tmp_path, valkey_url, job_image, "idle", PI_CONCURRENCY="2", PI_STEAL="0")
     async with running_worker(settings_of(busy_env)) as busy, running_worker(settings_of(idle_env)) as idle:
+        started = time.monotonic()
         for number in range(4):
             data = forge_job(number, secretsProfile="prod", trigger={"demoSleep": 2})
             await queues[BUSY].add("github", data, {"jobId": f"prod-{number}"})
         for number in range(4):
             await finished_job(queues[BUSY], f"prod-{number}")
+        idle_capable_s, elapsed_s = idle.worker.pickup.idle_capable_s, time.monotonic() - started
         assert {run["host"] for runs in records_by_job(busy, idle).values() for run in runs} == {"busy"}
         assert idle.worker.pickup.steals == 0
-        assert idle.worker.pickup.idle_capable_s > 0  # what it could have run, counted for the metrics
+        # what it could have run, counted for the metrics in slot-seconds: some, and never more than its two slots
+        # for as long as the work waited (a count in milliseconds would be a thousand times that)
+        assert 0 < idle_capable_s <= 2 * elapsed_s, (idle_capable_s, elapsed_s)
 
 
 @pytest.mark.docker
