@@ -21,6 +21,10 @@ from pi_dispatch.infra.valkey import fleet_id
 from pi_dispatch.worker.containers import ContainerRuntime
 from pi_dispatch.worker.lifecycle import Worker
 
+# How long a wait on an event (a log line, a job's state) may take before it is called a hang: far past what a loaded
+# machine needs (pytest in two processes and molecule's hosts beside it), well inside pytest's per-test timeout.
+CEILING_S = 180.0
+
 
 def worker_env(tmp: Path, valkey_url: str, image: str, name: str | None, **extra: str) -> dict[str, str]:
     """A worker's environment: its logs under tmp/<name>, fast locks, short drains; extra wins."""
@@ -68,7 +72,7 @@ async def running_worker(settings: WorkerSettings, **options: Any) -> AsyncItera
     worker = Worker(settings, runtime, events, **options)
     stop = asyncio.Event()
     task = asyncio.ensure_future(worker.run(stop))
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + CEILING_S
     while "worker_started" not in events.names():
         if task.done():
             task.result()
@@ -91,7 +95,7 @@ def start_worker_process(env: Mapping[str, str], log: Path) -> subprocess.Popen[
         )
 
 
-async def wait_for_line(log: Path, needle: str, timeout_s: float = 90) -> None:
+async def wait_for_line(log: Path, needle: str, timeout_s: float = CEILING_S) -> None:
     deadline = time.monotonic() + timeout_s
     while needle not in log.read_text(errors="replace"):
         if time.monotonic() > deadline:
@@ -99,7 +103,7 @@ async def wait_for_line(log: Path, needle: str, timeout_s: float = 90) -> None:
         await asyncio.sleep(0.2)
 
 
-async def finished_job(queue: Any, job_id: str, timeout_s: float = 90) -> Any:
+async def finished_job(queue: Any, job_id: str, timeout_s: float = CEILING_S) -> Any:
     """The job once it is completed or has failed for good."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -111,7 +115,7 @@ async def finished_job(queue: Any, job_id: str, timeout_s: float = 90) -> Any:
         await asyncio.sleep(0.1)
 
 
-async def job_in_state(queue: Any, job_id: str, states: tuple[str, ...], timeout_s: float = 60) -> str:
+async def job_in_state(queue: Any, job_id: str, states: tuple[str, ...], timeout_s: float = CEILING_S) -> str:
     deadline = time.monotonic() + timeout_s
     while (state := await queue.getJobState(job_id)) not in states:
         if time.monotonic() > deadline:

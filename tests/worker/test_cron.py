@@ -86,7 +86,7 @@ async def test_an_entry_that_fires_every_second_puts_local_jobs_on_the_host_queu
 
     consumer = Worker(HOST_QUEUE, take, {"connection": valkey_url, "autorun": False})
     running = asyncio.ensure_future(consumer.run())
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # a ceiling for a hang, as every wait here
     while len(taken) < 3 and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     await consumer.close()
@@ -141,7 +141,7 @@ async def test_reconcile_is_idempotent_and_removes_a_deleted_entry_with_its_pend
     assert await delayed_ids(client) == before  # an unchanged file changes nothing, duplicates nothing
     fingerprint = cron.fingerprint
     cron.changed(triggers(entry("nightly", "0 3 * * *")))
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while cron.pending and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert await scheduler_ids(host_queue) == ["nightly"]
@@ -270,11 +270,11 @@ async def test_a_worker_runs_its_cron_on_its_own_queue_and_stops_when_the_entry_
     env = worker_env(tmp_path, valkey_url, job_image, "mini1", PI_TRIGGERS_FILE=str(path), TZ="UTC")
     expected = cron_fingerprint(authored_cron(load_triggers(path)), "UTC")
     async with running_worker(settings_of(env)) as w:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while len(await records_named(w.logs_dir, "repeat:tick:")) < 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
         runs = await records_named(w.logs_dir, "repeat:tick:")
-        assert len(runs) >= 2, "two scheduled runs within a minute"
+        assert len(runs) >= 2, "two scheduled runs before the ceiling"
         assert {run["outcome"] for run in runs} == {"completed"}
         assert {run["host"] for run in runs} == {"mini1"}
         row = await client.hgetall(host_row_key("mini1"))
@@ -336,7 +336,7 @@ async def test_a_store_that_comes_back_empty_gets_the_schedulers_back_within_a_b
         await asyncio.sleep(1.2)  # a beat or two: the worker has read the fleet's epoch
         await client.flushdb()  # the store restarted without its data: schedulers, rows and epoch gone
         await wait_for_event(w.events, "store_reset")
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while await scheduler_ids(host_queue) != ["nightly", "weekly"] and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert await scheduler_ids(host_queue) == ["nightly", "weekly"]
