@@ -124,7 +124,7 @@ def _since(text: str | None) -> int:
     if text is None:
         return 0
     units = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}
-    if text[-1:] in units and text[:-1].isdigit():
+    if text[-1:] in units and text[:-1].isascii() and text[:-1].isdigit():  # isdigit alone takes "²", int() not
         return wall_ms() - int(text[:-1]) * units[text[-1]]
     try:
         return int(datetime.fromisoformat(text).timestamp() * 1000)

@@ -30,7 +30,7 @@ def notify(message: str) -> bool:
 def watchdog_interval_s() -> float | None:
     """How often to feed the watchdog, when systemd set one for this process."""
     usec, pid = os.environ.get("WATCHDOG_USEC", ""), os.environ.get("WATCHDOG_PID", "")
-    if not usec.isdigit() or int(usec) <= 0 or (pid and pid != str(os.getpid())):
+    if not (usec.isascii() and usec.isdigit()) or int(usec) <= 0 or (pid and pid != str(os.getpid())):
         return None
     return int(usec) / 1_000_000 / WATCHDOG_SHARE
 

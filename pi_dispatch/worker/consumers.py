@@ -16,6 +16,7 @@ from bullmq import Job, UnrecoverableError, Worker
 
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.fleet.steal import routed_to
+from pi_dispatch.infra.valkey import reply_whole
 
 Unreadable = Callable[[Any, Reason], None]
 
@@ -89,7 +90,7 @@ class GuardedConsumer(Worker):  # type: ignore[misc]  # bullmq is untyped
         name = job_data.get("name")
         job = Job(self, name if isinstance(name, str) else "", {}, {}, job_id)
         attempts = job_data.get("atm")
-        job.attemptsMade = int(attempts) if isinstance(attempts, str) and attempts.isdigit() else 0
+        job.attemptsMade = reply_whole(attempts) or 0
         job.opts["stackTraceLimit"] = 0
         why = "is gone" if reason == Reason.JOB_DATA_MISSING else "cannot be read"
         await job.moveToFailed(UnrecoverableError(f"{reason}: the job's stored data {why}"), token)

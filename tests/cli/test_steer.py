@@ -36,8 +36,9 @@ async def test_retry_failed_runs_every_cancelled_job_again(client: aioredis.Redi
 async def test_bad_input_is_one_line_and_exit_2(valkey_url: str) -> None:
     both = await asyncio.to_thread(run_cli, "retry", "gh-1", "--failed", "--valkey-url", valkey_url)
     assert both.returncode == 2 and "not both" in both.stderr and "Traceback" not in both.stderr
-    since = await asyncio.to_thread(run_cli, "retry", "--failed", "--since", "yesterday", "--valkey-url", valkey_url)
-    assert since.returncode == 2 and "--since" in since.stderr
+    for age in ("yesterday", "²h", "٣h", "-2h"):  # a superscript and an Arabic-Indic digit pass str.isdigit()
+        since = await asyncio.to_thread(run_cli, "retry", "--failed", "--since", age, "--valkey-url", valkey_url)
+        assert since.returncode == 2 and "--since" in since.stderr and "Traceback" not in since.stderr, age
     name = await asyncio.to_thread(run_cli, "drain", "../etc", "--valkey-url", valkey_url)
     assert name.returncode == 2 and "not a worker name" in name.stderr
 

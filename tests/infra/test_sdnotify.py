@@ -53,7 +53,7 @@ def test_the_watchdog_is_fed_three_times_per_period_and_only_by_its_own_process(
     monkeypatch.setenv("WATCHDOG_PID", "1")  # meant for another process
     assert watchdog_interval_s() is None
     monkeypatch.delenv("WATCHDOG_PID")
-    for bad in ("0", "-5", "soon", ""):
+    for bad in ("0", "-5", "soon", "", "²", "٣0"):  # str.isdigit() takes the last two
         monkeypatch.setenv("WATCHDOG_USEC", bad)
         assert watchdog_interval_s() is None
 
