@@ -11,7 +11,7 @@ which nothing matches. A refusal names the trigger's index and the field, never 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -190,6 +190,8 @@ _WEBHOOK_ON: Final = {"label": _label_on, "comment": _comment_on, "issue": _issu
 
 
 def _entry(entry: object, comment_kinds: set[str], cron_ids: set[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One entry normalized, or Refusals: its shape, type and kind first (nothing else can be read without them),
+    then its `on` and its `run` each checked, so a bad selector never hides a bad run field."""
     if not isinstance(entry, Mapping):
         raise Refusal("(entry)", "must be an object with on and run")
     on, run = entry.get("on"), entry.get("run")
@@ -200,21 +202,50 @@ def _entry(entry: object, comment_kinds: set[str], cron_ids: set[str]) -> tuple[
         raise Refusal("on.type", f"must be one of {'|'.join(sorted(TRIGGER_TYPES))}")
     if kind not in JOB_KINDS:
         raise Refusal("run.kind", f"must be one of {'|'.join(sorted(JOB_KINDS))}")
-    if on_type == "cron":
-        if kind != LOCAL_KIND:
-            raise Refusal("run.kind", 'a cron trigger has no delivery to act on: run.kind must be "local"')
-        return _cron_on(on, run, cron_ids), run_fields(on, run, "cron")
-    if kind not in FORGE_KINDS:
+    if on_type == "cron" and kind != LOCAL_KIND:
+        raise Refusal("run.kind", 'a cron trigger has no delivery to act on: run.kind must be "local"')
+    if on_type != "cron" and kind not in FORGE_KINDS:
         raise Refusal("run.kind", f"a {on_type} trigger is webhook-driven: use one of {'|'.join(sorted(FORGE_KINDS))}")
-    normalized = _WEBHOOK_ON[str(on_type)](on, run, str(kind))
+    refused: list[Refusal] = []
+    normalized = _checked(refused, lambda: _on(on, run, str(kind), comment_kinds=comment_kinds, cron_ids=cron_ids))
+    fields = _checked(refused, lambda: run_fields(on, run, str(on_type)))
+    if refused:
+        raise Refusals(refused)
+    assert normalized is not None and fields is not None
+    if on_type != "cron" and "disarmed" in on:
+        return {"type": DISARMED}, {}
+    return normalized, fields
+
+
+def _on(
+    on: Mapping[str, Any], run: Mapping[str, Any], kind: str, *, comment_kinds: set[str], cron_ids: set[str]
+) -> dict[str, Any]:
+    on_type = str(on["type"])
+    if on_type == "cron":
+        return _cron_on(on, run, cron_ids)
+    normalized = _WEBHOOK_ON[on_type](on, run, kind)
     if on_type == "comment":
         if kind in comment_kinds:  # the receiver holds one comment rule per forge: a second would never fire
             raise Refusal("on.type", f"at most one {kind} comment trigger is allowed")
-        comment_kinds.add(str(kind))
-    fields = run_fields(on, run, str(on_type))
-    if "disarmed" in on:
-        return {"type": DISARMED}, {}
-    return normalized, fields
+        comment_kinds.add(kind)
+    return normalized
+
+
+def _checked(refused: list[Refusal], check: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """The check's result, or None with its refusal added to the list."""
+    try:
+        return check()
+    except Refusal as refusal:
+        refused.append(refusal)
+        return None
+
+
+class Refusals(Exception):
+    """Every refused part of one entry, in the order the entry reads."""
+
+    def __init__(self, refusals: list[Refusal]) -> None:
+        self.refusals = refusals
+        super().__init__("; ".join(str(refusal) for refusal in refusals))
 
 
 def parse_triggers(text: str | bytes, source: str) -> list[Trigger]:
@@ -247,8 +278,9 @@ def collect_triggers(text: str | bytes, source: str) -> tuple[list[Trigger], lis
     for index, entry in enumerate(entries):
         try:
             on, run = _entry(entry, comment_kinds, cron_ids)
-        except Refusal as refusal:
-            problems.append(Problem(f"trigger {index} {refusal.field}", refusal.message, source, FIX))
+        except (Refusal, Refusals) as refused:
+            for refusal in refused.refusals if isinstance(refused, Refusals) else [refused]:
+                problems.append(Problem(f"trigger {index} {refusal.field}", refusal.message, source, FIX))
             continue
         triggers.append(Trigger(source, index, on, run))
     return triggers, problems

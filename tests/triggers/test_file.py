@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pi_dispatch.core.errors import ConfigError
 from pi_dispatch.receiver.rules import Rules
-from pi_dispatch.triggers.file import DISARMED, load_triggers, parse_triggers
+from pi_dispatch.triggers.file import DISARMED, collect_triggers, load_triggers, parse_triggers
 
 LABEL = {"type": "label", "any": ["pi:fix"]}
 CRON = {
@@ -174,6 +176,49 @@ def test_a_file_that_is_not_a_triggers_file(text: str, said: str) -> None:
 def test_refusals_name_the_trigger_and_the_field(bad: dict[str, Any], field: str) -> None:
     said = refusal(CRON, bad)
     assert f"trigger 1 {field}:" in said, said
+
+
+def test_a_trigger_with_a_bad_selector_and_a_bad_run_field_names_both() -> None:
+    said = refusal(entry({"type": "label", "any": "pi:fix"}, maxTurns=0))
+    assert "trigger 0 on.any:" in said and "trigger 0 run.maxTurns:" in said, said
+    cron = {"on": {"type": "cron", "id": "a:b", "pattern": "0 3 * * *"}, "run": {**CRON["run"], "folder": ""}}
+    said = refusal(cron)
+    assert "trigger 0 on.id:" in said and "trigger 0 run.folder:" in said, said
+
+
+def test_config_triggers_says_every_problem_of_a_trigger_at_once(tmp_path: Path) -> None:
+    from tests.support.helpers import run_cli
+
+    path = tmp_path / "triggers.json"
+    path.write_text(json.dumps({"triggers": [entry({"type": "label", "any": "pi:fix"}, maxTurns=0)]}))
+    checked = run_cli("config", "triggers", str(path))
+    assert checked.returncode == 2, checked
+    assert "trigger 0 on.any" in checked.stderr and "trigger 0 run.maxTurns" in checked.stderr, checked.stderr
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(
+    st.sampled_from(["label", "comment", "issue", "pull_request", "cron"]),
+    st.sampled_from(["github", "gitlab", "forgejo", "azure", "local"]),
+    st.dictionaries(st.sampled_from(["any", "all", "none", "action", "number", "once", "phrase", "id", "pattern"]),
+                    json_values, max_size=4),
+    st.dictionaries(st.sampled_from(["flow", "command", "maxTurns", "folder", "task", "replicas", "secrets"]),
+                    json_values, max_size=4),
+)  # fmt: skip
+def test_any_entry_parses_or_is_refused_by_field(
+    on_type: str, kind: str, on: dict[str, Any], run: dict[str, Any]
+) -> None:
+    """Both halves of an entry are checked even when the other is refused: neither may raise on the other's input."""
+    document = json.dumps({"triggers": [{"on": {**on, "type": on_type}, "run": {**run, "kind": kind}}]})
+    triggers, problems = collect_triggers(document, "triggers.json")
+    assert len(triggers) + bool(problems) == 1
+    assert all(problem.subject.startswith("trigger 0 ") for problem in problems)
 
 
 def test_refusals_never_carry_the_value() -> None:
