@@ -28,20 +28,18 @@ from bullmq import Queue
 from pi_dispatch.demo.jobimage import build_example_image
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.fleetprocs import Fleet
-from pi_dispatch.testing.hostile import Figures, account, hostile_jobs, hostile_records, hostile_rows, settled
+from pi_dispatch.testing.hostile import (
+    GUARDS,
+    Figures,
+    account,
+    hostile_jobs,
+    hostile_records,
+    hostile_rows,
+    settled,
+    unexpected,
+)
 from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
 from pi_dispatch.testing.services import RedisServer
-
-GUARDS = (
-    "job-too-large",
-    "job-too-deep",
-    "job-unreadable",
-    "job-data-missing",
-    "secret-bindings-too-many",
-    "secret-reference-invalid",
-    "job-target-invalid",
-    "job-image-not-allowed",
-)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -56,17 +54,15 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def unexpected(log: Path) -> list[dict[str, object]]:
-    """The worker's log lines that say our code met an exception it did not expect."""
+def unexpected_in(log: Path) -> list[dict[str, object]]:
+    """The worker's logged events that say our code met an exception it did not expect."""
     found = []
     for line in log.read_text(errors="replace").splitlines():
         try:
             fields = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(fields, dict):
-            continue
-        if (fields.get("event") == "job_failed" and "error" in fields) or fields.get("event") == "run_record_degraded":
+        if isinstance(fields, dict) and unexpected(str(fields.get("event")), fields):
             found.append(fields)
     return found
 
@@ -93,7 +89,7 @@ async def jobs_part(root: Path, url: str, image: str, count: int) -> Figures:
     worker = fleet.processes["target"]
     figures.crashes += sum(len(times) for times in fleet.restarts.values()) + (worker.returncode not in (0, None))
     figures.crashes += still.get("gh-still-works") != "completed"
-    failures = unexpected(root / "target.log")
+    failures = unexpected_in(root / "target.log")
     figures.crashes += len(failures)
     account(figures, ids, states, root / "target" / "logs")
     missing = [reason for reason in GUARDS if not figures.reasons[reason]]

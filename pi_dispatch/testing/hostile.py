@@ -13,7 +13,7 @@ import random
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,17 @@ from pi_dispatch.worker.history import read_records_counted
 # How a part runs an operator command: `pi-dispatch ARGS`, its exit code and output (in this process or a child)
 CommandRunner = Callable[..., subprocess.CompletedProcess[str]]
 SHAPES = 14  # the ways hostile_job bends a job, each met at least once in any run of SHAPES jobs or more
+# The refusals every run of hostile_jobs must meet, or it proved nothing about that guard
+GUARDS = (
+    "job-too-large",
+    "job-too-deep",
+    "job-unreadable",
+    "job-data-missing",
+    "secret-bindings-too-many",
+    "secret-reference-invalid",
+    "job-target-invalid",
+    "job-image-not-allowed",
+)
 
 NASTY = [
     "[/]",
@@ -127,6 +138,11 @@ class Figures:
             f"{self.name:<9} tried {self.tried:>6} | crashes {self.crashes} | lost {self.lost} | overwritten "
             f"{self.overwritten} | by reason: {top or '-'}{extra}"
         )
+
+
+def unexpected(event: str, fields: Mapping[str, object]) -> bool:
+    """A worker event that says our code met an exception it did not expect (taken for an infra fault)."""
+    return (event == "job_failed" and "error" in fields) or event == "run_record_degraded"
 
 
 async def settled(queue: Queue, ids: list[str], timeout_s: float) -> dict[str, str]:
