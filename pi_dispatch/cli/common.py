@@ -13,9 +13,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from pi_dispatch.console.output import stdout_console
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 
-console = Console()
+console = stdout_console()
 errors = Console(stderr=True, soft_wrap=True)
 
 EnvFileOption = Annotated[

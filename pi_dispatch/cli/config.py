@@ -110,6 +110,8 @@ def config_triggers(
 def config_show(env_file: EnvFileOption = None, as_json: JsonOption = False) -> None:
     """The effective settings and where each came from; secrets are redacted."""
     from pi_dispatch.config.worker_settings import load_settings
+    from pi_dispatch.console.output import show
+    from pi_dispatch.console.terminal import keep_whole
     from pi_dispatch.infra.valkey import redacted
 
     settings = load_settings(env_file)
@@ -126,7 +128,7 @@ def config_show(env_file: EnvFileOption = None, as_json: JsonOption = False) -> 
     for key, value in values.items():
         shown = json.dumps(value) if isinstance(value, dict | list) else str(value)
         table.add_row(key, shown, settings.sources.get(key, "derived"))
-    console.print(table)
+    show(console, keep_whole(table, "setting", "source"))
 
 
 @config_app.command("render")

@@ -7,14 +7,12 @@ from pathlib import Path
 from typing import Annotated, Any, Final
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from pi_dispatch.cli.common import print_json, problems_as_json, write_file
+from pi_dispatch.cli.common import console, print_json, problems_as_json, write_file
 from pi_dispatch.infra.units import ENV_FILE_OPTION
 
 receiver_app = typer.Typer(invoke_without_command=True)
-console = Console()
 EnvFile = Annotated[
     Path | None,
     typer.Option(ENV_FILE_OPTION, help="Read this env file alone instead of the environment (as systemd would)."),

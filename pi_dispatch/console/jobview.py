@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from pi_dispatch.console.output import show
 from pi_dispatch.console.terminal import keep_whole, output_text, plain, visible
 from pi_dispatch.core.capabilities import explain_route
 from pi_dispatch.core.jscompat import iso_string
@@ -129,7 +130,7 @@ def _print_history(console: Console, history: Sequence[Mapping[str, Any]]) -> No
             visible(record.get("reason")),
             visible(record.get("exitCode")),
         )
-    console.print(keep_whole(table, "host", "queue", "started", "ended", "outcome"), crop=False)
+    show(console, keep_whole(table, "host", "queue", "started", "ended", "outcome"))
 
 
 def print_output(data: bytes, tail: int | None) -> None:

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pi_dispatch.audit.placement import SEVERITIES, Report
+from pi_dispatch.console.output import show
 from pi_dispatch.console.rowview import clock_note
 from pi_dispatch.console.terminal import keep_whole, plain, visible
 from pi_dispatch.core.capabilities import is_draining, unhealthy_reason
@@ -53,7 +54,7 @@ def print_report(console: Console, report: Report) -> None:
                 more = f"{count - FINDINGS_PER_CODE} more like the {FINDINGS_PER_CODE} above"
                 table.add_row(visible(code, 2_000), Text(more), Text("the same finding on other subjects"),
                               Text("--json lists every one"))  # fmt: skip
-        console.print(keep_whole(table, "code"), crop=False)
+        show(console, keep_whole(table, "code"))
     if report.accepted:
         console.print(visible(f"accepted on purpose, not counted: {', '.join(sorted(report.accepted))}", 2_000))
     summary = ", ".join(f"{report.count(severity)} {severity}" for severity in SEVERITIES)
@@ -87,14 +88,14 @@ def print_hosts(
             *(visible(host.get(field, "")) for field in ("version", "tz", "concurrency", "slotsFree")),
             visible(shown_count((could_run or {}).get(seen.name))),
         )
-    console.print(keep_whole(table, "name", "caps", "version", "tz"), crop=False)
+    show(console, keep_whole(table, "name", "caps", "version", "tz"))
     if invalid:
         refused = Table(title=f"Invalid rows ({len(invalid)}): never routed to")
         refused.add_column("registry entry")
         refused.add_column("why")
         for row in invalid:
             refused.add_row(visible(row.member), visible(row.reason))
-        console.print(keep_whole(refused, "registry entry"), crop=False)
+        show(console, keep_whole(refused, "registry entry"))
 
 
 def _routes(host: Mapping[str, object], routes: str) -> str:
@@ -126,7 +127,7 @@ def print_host_queues(console: Console, queues: list[HostQueue], after_ms: int, 
             host = f"silent since {iso_string(queue.silent_since_ms)}"
             when = "due now" if due <= now_ms else f"at {iso_string(due)} (in {(due - now_ms) // 1000} s)"
         table.add_row(visible(queue.queue), visible(queue.counts.describe()), visible(host), visible(when))
-    console.print(keep_whole(table, "queue"), crop=False)
+    show(console, keep_whole(table, "queue"))
 
 
 def print_runs(console: Console, runs: list[Any], degraded: str, skipped: int = 0) -> None:
@@ -150,6 +151,6 @@ def print_runs(console: Console, runs: list[Any], degraded: str, skipped: int = 
             visible(run.get("outcome") or ""),
             visible(run.get("reason") or "-"),
         )
-    console.print(keep_whole(table, "ended", "job id", "host", "kind", "outcome"), crop=False)
+    show(console, keep_whole(table, "ended", "job id", "host", "kind", "outcome", "reason"))
     if skipped:
         console.print(f"{skipped} malformed records skipped")

@@ -43,15 +43,22 @@ def visible(value: object, limit: int = MAX_SHOWN) -> Text:
     return Text(plain(value, limit))
 
 
+# A value this short (a count, an age, a state) is never wrapped on a terminal; a longer one is prose and may wrap.
+SHORT_VALUE: Final = 16
+
+
 def keep_whole(table: Table, *headers: str) -> Table:
-    """Identifiers (job ids, host and queue names, timestamps) stay whole, so a log of any command can be grepped
-    for one: their columns never wrap and are as wide as their longest value, and the prose columns wrap instead.
-    Print such a table with `crop=False`: in a pipe narrower than it, its lines run long rather than being cut."""
+    """Identifiers (job ids, host and queue names, reasons, timestamps) stay whole on a terminal, so what is seen
+    can be typed or grepped: their columns never wrap and are as wide as their longest value. Every header and every
+    short value stays whole too, and the prose columns wrap instead. Print it with `output.show`: a line wider than
+    the terminal runs long rather than being cut, and anywhere but a terminal the table is plain columns."""
     for column in table.columns:
-        if str(column.header) in headers:
+        widths = [cell_len(cell.plain if isinstance(cell, Text) else str(cell)) for cell in column.cells]
+        whole = str(column.header) in headers
+        if whole:
             column.no_wrap, column.overflow = True, "ignore"
-            widths = [cell_len(cell.plain) for cell in column.cells if isinstance(cell, Text)]
-            column.min_width = max([cell_len(str(column.header)), *widths])
+        longest = max(widths, default=0)
+        column.min_width = max(cell_len(str(column.header)), longest if whole else min(longest, SHORT_VALUE))
     return table
 
 

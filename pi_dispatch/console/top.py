@@ -27,6 +27,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from pi_dispatch.console.output import show
 from pi_dispatch.console.rowview import clock_note, typed_row
 from pi_dispatch.console.terminal import keep_whole, plain, visible
 from pi_dispatch.core.capabilities import is_draining, is_live, is_stuck, unhealthy_reason
@@ -231,7 +232,7 @@ def runs_table(frame: Frame) -> Table:
     for run in frame.runs:
         if isinstance(run, dict):
             table.add_row(*(visible(run.get(key) or "-") for key in ("endedAt", "jobId", "host", "outcome", "reason")))
-    return keep_whole(table, "ended", "job id", "host", "outcome")
+    return keep_whole(table, "ended", "job id", "host", "outcome", "reason")
 
 
 def render(frame: Frame, rehome_after_ms: int, *, live: bool = True, rows: int = ROWS) -> RenderableType:
@@ -332,7 +333,7 @@ async def watch(
             return 0 if frame.unreachable is None else 1
         if once:
             frame = await reader.read()
-            console.print(render(frame, rehome_after_ms, live=False, rows=rows), crop=False)
+            show(console, render(frame, rehome_after_ms, live=False, rows=rows))
             return 0 if frame.unreachable is None else 1
         stop = asyncio.Event()
         with (

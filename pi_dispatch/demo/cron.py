@@ -12,6 +12,8 @@ from rich.table import Table
 
 from pi_dispatch.audit.cron import hosts_cron
 from pi_dispatch.config.hostvars import InventoryHost
+from pi_dispatch.console.output import show
+from pi_dispatch.console.terminal import keep_whole
 from pi_dispatch.core.jscompat import iso_string
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
 from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
@@ -61,7 +63,7 @@ async def show_cron(console: Console, url: str, client: Any, hosts: list[Invento
                 iso_string(int(upcoming)) if isinstance(upcoming, int) else "-",
                 str(row.get("fpCron") or "-"),
             )
-    console.print(table)
+    show(console, keep_whole(table, "host", "scheduler", "queue", "next run"))
     console.print(
         "Each fires a local job (id repeat:<scheduler>:<millis>) on its host's own queue; it is never routed, so "
         "the audit checks that host serves what the entry needs."

@@ -10,6 +10,8 @@ import signal
 from rich.console import Console
 from rich.markup import escape
 
+from pi_dispatch.console.output import heading
+
 
 def tools(url: str, job_id: str | None) -> list[str]:
     """The commands worth trying against the demo's store, each complete (the store named on it)."""
@@ -32,7 +34,7 @@ def say_next(console: Console, url: str, job_id: str | None) -> None:
 
 async def keep_running(console: Console, url: str, job_id: str | None) -> None:
     """Hold the fleet up until Ctrl-C or SIGTERM, having said what to try and how to stop it."""
-    console.rule("[bold]The example fleet keeps running")
+    heading(console, "The example fleet keeps running")
     console.print("Try, in another terminal:")
     for command in tools(url, job_id):
         console.print(f"  {escape(command)}", soft_wrap=True, highlight=False)

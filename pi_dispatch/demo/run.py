@@ -31,7 +31,9 @@ from rich.table import Table
 
 from pi_dispatch.audit.cron import hosts_cron
 from pi_dispatch.config.hostvars import InventoryHost, env_values
+from pi_dispatch.console.output import heading, show
 from pi_dispatch.console.progress import progress
+from pi_dispatch.console.terminal import keep_whole
 from pi_dispatch.core.capabilities import explain_route
 from pi_dispatch.core.errors import ConfigError, PiDispatchError, Problem
 from pi_dispatch.core.profiles import VARIABLE, ProfileKind, render_profiles
@@ -155,7 +157,7 @@ class Demo:
             with tempfile.TemporaryDirectory(prefix="pi-dispatch-demo-credentials-") as credentials:
                 hosts = load_inventory(self.inventory, {"pi_dispatch_credentials_dir": credentials})
         triggers = [trigger for trigger in self._triggers() if trigger.run.get("kind") != "local"]
-        console.rule("[bold]pi-dispatch demo: the fleet of inventory.example on this machine")
+        heading(console, "pi-dispatch demo: the fleet of inventory.example on this machine")
         with console.status("Checking for Docker and building the example job image"):
             problem = await asyncio.to_thread(docker_problem)
         if problem:
@@ -275,7 +277,7 @@ class Demo:
                 str(row["caps"]) or "-",
                 f"{int(stale) / 1000:.0f} s" if isinstance(stale, int) else "?",
             )
-        self.console.print(table)
+        show(self.console, keep_whole(table, "worker", "routes", "caps"))
 
     async def _enqueue(self, client: Any, url: str, triggers: list[Trigger]) -> list[tuple[str, str, str]]:
         """One signed GitHub delivery per example trigger, over HTTP to the receiver, which routes and queues it."""
@@ -319,7 +321,7 @@ class Demo:
                     placed.append((where.queue, job_id, flow))
         finally:
             await enqueuer.close()
-        self.console.print(table)
+        show(self.console, keep_whole(table, "trigger", "delivery", "answer", "queue"))
         return placed
 
     async def _wait_for_runs(self, url: str, placed: list[tuple[str, str, str]]) -> None:
@@ -358,7 +360,7 @@ class Demo:
                 table.add_row(job_id, flow, "-", "held", "waiting on its wait profile (nightly is shut)")
             else:
                 table.add_row(job_id, flow, str(run["host"]), str(run["outcome"]), str(run["reason"] or "-"))
-        self.console.print(table)
+        show(self.console, keep_whole(table, "job", "host", "outcome", "reason"))
         self.console.print(
             "Refusals are the shared-queue fallback the audit below warns about: a job whose profile no live "
             "named host can serve is refused by whichever host takes it."
@@ -372,7 +374,7 @@ class Demo:
         rows = live.hosts if isinstance(live, LiveHosts) else None
         state = "ok" if rows is not None else "unreachable"
         report = audit(hosts, self._triggers(), live_rows=rows, live_state=state, host_triggers=hosts_cron(hosts))
-        self.console.rule("[bold]pi-dispatch audit -i inventory.example/hosts.yml --triggers triggers.json --live")
+        heading(self.console, "pi-dispatch audit -i inventory.example/hosts.yml --triggers triggers.json --live")
         print_report(self.console, report)
 
 

@@ -22,7 +22,7 @@ from pi_dispatch.fleet.registry import HostRegistry, LiveHosts, read_live_hosts
 from pi_dispatch.fleet.steal import Waiting
 from pi_dispatch.testing.jobs import forge_job
 from pi_dispatch.triggers.file import Trigger
-from tests.support.helpers import run_cli, run_cli_process
+from tests.support.helpers import plain_rows, run_cli, run_cli_process
 from tests.support.workers import open_queues
 
 DATA = Path(__file__).parent.parent / "data"
@@ -387,8 +387,11 @@ async def test_hosts_route_and_runs_commands(valkey_url: str, client: aioredis.R
             )
     listed = await asyncio.to_thread(run_cli, "hosts", "--valkey-url", valkey_url, "--json")
     assert [(h["name"], h["couldRun"]) for h in json.loads(listed.stdout)] == [("mini1", 3), ("mini2", 1)]
-    table = await asyncio.to_thread(run_cli, "hosts", "--valkey-url", valkey_url)
-    assert "could run" in table.stdout and "pi-jobs@mini1" in table.stdout
+    table = await asyncio.to_thread(run_cli_process, "hosts", "--valkey-url", valkey_url, columns=80)
+    assert not set("│┃━─…") & set(table.stdout)  # through a pipe: plain columns at their natural width
+    assert plain_rows(table.stdout)["name"] == ["name", "routes", "caps", "stale", "version", "tz", "concurrency",
+                                                "free", "could run"]  # fmt: skip
+    assert plain_rows(table.stdout)["mini1"][:3] == ["mini1", "true", "s:prod"]
     job = tmp_path / "job.json"
     job.write_text(json.dumps({"trigger": {"deliveryId": "d-1"}, "secretsProfile": "prod"}))
     routed = await asyncio.to_thread(run_cli, "route", "--job", str(job), "--valkey-url", valkey_url)
@@ -400,13 +403,17 @@ async def test_hosts_route_and_runs_commands(valkey_url: str, client: aioredis.R
     assert offline.returncode == 0 and "queue: pi-jobs" in offline.stdout
     ended = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
     (tmp_path / "logs").mkdir()
-    (tmp_path / "logs" / "gh-d-1.json").write_text(
-        json.dumps({"jobId": "gh-d-1", "endedAt": ended, "host": "mini1", "outcome": "completed"})
-    )
+    refused = {"jobId": "gh-22222222-2222-2222-2222-222222222222", "endedAt": ended, "host": "mini1",
+               "kind": "github", "outcome": "refused", "reason": "secret-profile-unknown"}  # fmt: skip
+    (tmp_path / "logs" / "gh-d-1.json").write_text(json.dumps(refused))
     runs = await asyncio.to_thread(
         run_cli, "runs", "--logs-dir", str(tmp_path / "logs"), "--valkey-url", valkey_url, "--json"
     )
     assert json.loads(runs.stdout)["runs"][0]["host"] == "mini1"
+    piped = await asyncio.to_thread(
+        run_cli_process, "runs", "--logs-dir", str(tmp_path / "logs"), "--valkey-url", valkey_url, columns=80
+    )
+    assert plain_rows(piped.stdout)[ended] == [ended, refused["jobId"], "mini1", "github", "refused", refused["reason"]]
     alone = await asyncio.to_thread(
         run_cli, "runs", "--logs-dir", str(tmp_path / "logs"), "--valkey-url", "redis://127.0.0.1:1/0"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 import time
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from bullmq import Queue
 from rich.console import Console
 
+from pi_dispatch.console.output import show
 from pi_dispatch.console.top import Frame, render
 from pi_dispatch.demo.run import EXAMPLE
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue, QueueCounts, heartbeat_row
@@ -21,7 +23,7 @@ from pi_dispatch.fleet.receivers import ReceiverState, report_receiver
 from pi_dispatch.fleet.registry import HostRegistry
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.jobs import forge_job
-from tests.support.helpers import Terminal, run_cli
+from tests.support.helpers import Terminal, plain_rows, run_cli
 
 
 def shown(frame: Frame, *, live: bool = False) -> str:
@@ -138,14 +140,15 @@ async def test_top_once_renders_the_live_example_fleet(valkey_url: str) -> None:
             await registry.close()
         await registries[0].client.aclose()
     assert answered.returncode == 0, answered.stderr
-    lines = {line.split("│")[1].strip(): line for line in answered.stdout.splitlines() if line.count("│") > 3}
-    assert "yes" in lines["mini1"] and "s:prod,w:ci,w:nightly" in lines["mini1"]
-    assert "NOT DRAINING" in lines["mini2"] and "no: stuck" in lines["mini2"]
-    assert "shared only" in lines["mini3"]  # no declared name: it drains the shared queue only
-    could_run = {host: lines[host].split("│")[7].strip() for host in ("mini1", "mini3")}
+    assert not set("│┃━─") & set(answered.stdout)  # through a pipe: plain columns, one record a line
+    lines = plain_rows(answered.stdout)
+    assert lines["mini1"][1] == "yes" and lines["mini1"][2] == "s:prod,w:ci,w:nightly"
+    assert lines["mini2"][-1] == "NOT DRAINING" and lines["mini2"][1] == "no: stuck"
+    assert "shared only" in lines["mini3"][1]  # no declared name: it drains the shared queue only
+    could_run = {host: lines[host][6] for host in ("mini1", "mini3")}
     assert could_run == {"mini1": "5", "mini3": "3"}  # its own queue's and the shared ones; a nameless host's shared
-    assert lines["pi-jobs"].split("│")[2].strip() == "3" and lines["pi-jobs@mini1"].split("│")[2].strip() == "2"
-    assert "gh-done" in answered.stdout and "completed" in lines["2026-11-30T10:00:00.000Z"]
+    assert lines["pi-jobs"][1] == "3" and lines["pi-jobs@mini1"][1] == "2"
+    assert lines["2026-11-30T10:00:00.000Z"][1:4] == ["gh-done", "mini1", "completed"]
     assert "receivers: edge:3000 spool 2 (1,024 bytes), store refusing its writes" in answered.stdout
 
 
@@ -163,20 +166,29 @@ def test_the_live_view_refreshes_in_a_terminal_and_a_key_leaves_it(valkey_url: s
         terminal.close()
 
 
-def test_identifiers_stay_whole_at_80_columns_and_through_a_pipe() -> None:
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "pipe"])
+def test_identifiers_stay_whole_at_80_columns_and_through_a_pipe(terminal: bool) -> None:
     now = 1_800_000_000_000
     rows: list[dict[str, object]] = [
-        {"name": f"mini{n}", "routes": "true", "caps": "s:prod,w:ci,w:nightly", "staleMs": 1_000} for n in (1, 2)
+        {"name": f"mini{n}-of-a-long-hostname", "routes": "true", "caps": "s:prod,w:ci,w:nightly", "staleMs": 13_000}
+        for n in (1, 2)
     ]
     queues = [HostQueue("pi-jobs", "", QueueCounts(waiting=1), None, None)]
     queues += [HostQueue(f"pi-jobs@mini{n}", f"mini{n}", QueueCounts(waiting=2), None, now - 5_000) for n in (1, 2)]
     job_id = "gh-22222222-2222-2222-2222-222222222222"
     runs: list[Any] = [
-        {"endedAt": "2026-12-01T08:15:22.123Z", "jobId": job_id, "host": "mini1", "outcome": "completed",
-         "reason": "a reason long enough to wrap across several lines of a narrow terminal"},
+        {"endedAt": "2026-12-01T08:15:22.123Z", "jobId": job_id, "host": "mini1", "outcome": "refused",
+         "reason": "secret-profile-unknown"},
     ]  # fmt: skip
-    console = Console(width=80, record=True, file=io.StringIO())  # not a terminal: a pipe
-    console.print(render(Frame(now, "redis://127.0.0.1:6379", None, rows, [], queues, runs, "ok"), 120_000), crop=False)
-    text = console.export_text()
-    for identifier in ("pi-jobs@mini1", "pi-jobs@mini2", job_id, "2026-12-01T08:15:22.123Z"):
-        assert identifier in text, identifier
+    console = Console(width=80, file=io.StringIO(), force_terminal=terminal, color_system=None)
+    show(console, render(Frame(now, "redis://127.0.0.1:6379", None, rows, [], queues, runs, "ok"), 120_000))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    words = set(re.split(r"[\s│┃]+", text))
+    wanted = {"pi-jobs@mini1", "pi-jobs@mini2", job_id, "2026-12-01T08:15:22.123Z", "secret-profile-unknown"}
+    assert wanted | {"mini1-of-a-long-hostname", "routable", "could"} <= words
+    assert "13 s ago" in text  # a short value never wraps
+    if not terminal:  # plain columns, one record a line, nothing drawn
+        assert not set("│┃━─…") & set(text)
+        assert plain_rows(text)["2026-12-01T08:15:22.123Z"] == [
+            "2026-12-01T08:15:22.123Z", job_id, "mini1", "refused", "secret-profile-unknown"
+        ]  # fmt: skip

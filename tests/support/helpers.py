@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -56,14 +57,14 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
-def run_cli_process(*args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m pi_dispatch ARGS` in a child process."""
+def run_cli_process(*args: str, columns: int = 200) -> subprocess.CompletedProcess[str]:
+    """`python -m pi_dispatch ARGS` in a child process, its output through a pipe."""
     return subprocess.run(
         [sys.executable, "-m", "pi_dispatch", *args],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": str(columns)},
         check=False,
     )
 
@@ -120,3 +121,10 @@ class Terminal:
             self.exit_code = -signal.SIGKILL
         with contextlib.suppress(OSError):
             os.close(self.fd)
+
+
+def plain_rows(printed: str) -> dict[str, list[str]]:
+    """The records of the plain tables a command prints through a pipe, by their first column: the cells of a line
+    are two or more spaces apart, and no cell is empty (`-`)."""
+    rows = (re.split(r"\s{2,}", line.strip()) for line in printed.splitlines())
+    return {cells[0]: cells for cells in rows if len(cells) > 1}
