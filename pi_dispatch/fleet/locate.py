@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 LISTS: Final = ("wait", "active", "paused")
 SETS: Final = ("delayed", "prioritized", "completed", "failed", "waiting-children")
 UNFINISHED: Final = frozenset({"waiting", "active", "paused", "delayed", "prioritized", "waiting-children"})
+# BullMQ 5 keeps the attempts made as `atm`; a job hash an older BullMQ wrote has `attemptsMade`.
 HASH_FIELDS: Final = (
-    "name", "data", "opts", "attemptsMade", "timestamp", "processedOn", "finishedOn", "failedReason", "returnvalue",
+    "name", "data", "opts", "atm", "attemptsMade", "timestamp", "processedOn", "finishedOn", "failedReason", "returnvalue",
 )  # fmt: skip
 DELAY_SCORE_SHIFT: Final = 0x1000  # BullMQ keeps a delayed job's due time in ms times 4096, plus a counter
 
@@ -140,7 +141,7 @@ def _located(job_id: str, queue: str, answers: list[Any]) -> Located:
         name=_text(fields["name"]),
         data=_json(fields["data"]),
         opts=opts if isinstance(opts, Mapping) else {},
-        attempts_made=_number(fields["attemptsMade"]) or 0,
+        attempts_made=_number(fields["atm"]) or _number(fields["attemptsMade"]) or 0,
         created_ms=_number(fields["timestamp"]),
         processed_ms=_number(fields["processedOn"]),
         finished_ms=_number(fields["finishedOn"]),

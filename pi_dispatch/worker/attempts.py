@@ -320,7 +320,9 @@ class Attempts:
         self, job: QueuedJob, image: str, data: Mapping[str, Any], secrets: Mapping[str, str], job_dir: Path
     ) -> ContainerSpec:
         """The job's container: its secrets and the job's own variables as env, this host's limits."""
-        settings, job_id, attempt = self.settings, str(job.id), attempts_made(job)
+        # This attempt's number, 1-based as `job`, `logs` and `runs --job` count them (the record's `attempt` keeps
+        # the reference's count of those made before it).
+        settings, job_id, attempt = self.settings, str(job.id), attempts_made(job) + 1
         return ContainerSpec(
             job_id=job_id,
             attempt=attempt,

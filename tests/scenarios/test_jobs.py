@@ -84,10 +84,12 @@ async def test_a_jobs_output_is_followed_from_another_process_and_its_secret_mas
     out, err = follow.communicate(timeout=60)
     assert follow.returncode == 0, err
     assert b"tick 3" in out and b"leaked: ***" in out and b"token=***" in out and b"ended at" in err
+    assert f"{job_id} attempt 1 on mini1".encode() in out and b"(attempt 1 ended at" in err  # one numbering
     await finished_job(queues["pi-jobs@mini1"], job_id)
     shown = cli(fleet, "job", job_id, "--json")
     facts = json.loads(shown.stdout)
     assert shown.returncode == 0 and facts["state"] == "completed" and facts["history"][0]["host"] == "mini1"
+    assert facts["attempts"] == {"made": 1, "allowed": 2, "left": 1}  # BullMQ's `atm`: the one attempt it made
     host_file = (fleet["tmp"] / "mini1" / "logs" / f"{record_stem(job_id)}.log").read_bytes()
     stream = await client.xrange(job_log_key(record_stem(job_id), 1))
     everything = [out, host_file, shown.stdout.encode(), repr(stream).encode()]
