@@ -11,7 +11,7 @@ which nothing matches. A refusal names the trigger's index and the field, never 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -20,7 +20,7 @@ from pi_dispatch.core.errors import ConfigError, Problem
 from pi_dispatch.core.jobs import FORGE_KINDS, JOB_KINDS, LOCAL_KIND, PR_CLOSE_ACTION, TRIGGER_TYPES
 from pi_dispatch.core.jscompat import is_integer
 from pi_dispatch.triggers.run import ID_CHARSET, run_fields
-from pi_dispatch.triggers.terms import Refusal, is_text
+from pi_dispatch.triggers.terms import Checks, Refusal, Refusals, is_text
 
 DISARMED: Final = "disarmed"
 PR_ACTIONS: Final[Mapping[str, tuple[str, ...]]] = {
@@ -142,47 +142,64 @@ def _pull_request_on(on: Mapping[str, Any], run: Mapping[str, Any], kind: str) -
     closing = close_word is not None and close_word in actions
     if closing and any(action != close_word for action in actions):
         raise Refusal("on.action", f"cannot mix {close_word} with other actions: split it into two entries")
-    review = _review_state(on, actions, kind)
+    checks, predicate = Checks(), None
+    review = checks.take(lambda: _review_state(on, actions, kind))
     if (kind == "azure" or closing) and _has_predicate(on):
         what = "an azure pull_request rule" if kind == "azure" else "a close rule"
-        raise Refusal("on.any", f"{what} cannot carry a label predicate")
-    predicate = _predicate(on, PR_LABEL_ACTION.get(kind) in actions)
+        checks.refused.append(Refusal("on.any", f"{what} cannot carry a label predicate"))
+    else:
+        predicate = checks.take(lambda: _predicate(on, PR_LABEL_ACTION.get(kind) in actions))
+    close = checks.take(lambda: _close_fields(on, run, closing, "pull_request"))
+    checks.settle()
     normalized: dict[str, Any] = {"type": "pull_request", "action": actions}
     if review is not None:
         normalized["reviewState"] = review
-    return normalized | predicate | _close_fields(on, run, closing, "pull_request")
+    return normalized | (predicate or {}) | (close or {})
 
 
 def _issue_on(on: Mapping[str, Any], run: Mapping[str, Any], kind: str) -> dict[str, Any]:
     if kind == "azure":
         raise Refusal("on.type", "an issue trigger is not yet covered for azure")
-    actions = _actions(on, ISSUE_ACTIONS[kind], "issue")
+    checks = Checks()
+    actions = checks.take(lambda: _actions(on, ISSUE_ACTIONS[kind], "issue"))
     if _has_predicate(on):
-        raise Refusal("on.any", "an issue trigger cannot carry a label predicate")
-    return {"type": "issue", "action": actions} | _close_fields(on, run, True, "issue")
+        checks.refused.append(Refusal("on.any", "an issue trigger cannot carry a label predicate"))
+    close = checks.take(lambda: _close_fields(on, run, True, "issue"))
+    checks.settle()
+    return {"type": "issue", "action": actions} | (close or {})
 
 
 def _cron_on(on: Mapping[str, Any], run: Mapping[str, Any], cron_ids: set[str]) -> dict[str, Any]:
-    ident, pattern = on.get("id"), on.get("pattern")
+    ident, pattern, checks = on.get("id"), on.get("pattern"), Checks()
     if not is_text(ident) or ":" in str(ident) or not ID_CHARSET.fullmatch(str(ident)):
-        raise Refusal("on.id", "must be a non-empty string of letters, digits, dot, dash or underscore (no :)")
-    if ident in cron_ids:
-        raise Refusal("on.id", "repeats another cron trigger's id: ids must be unique")
-    cron_ids.add(str(ident))
+        checks.refused.append(
+            Refusal("on.id", "must be a non-empty string of letters, digits, dot, dash or underscore (no :)")
+        )
+    elif ident in cron_ids:
+        checks.refused.append(Refusal("on.id", "repeats another cron trigger's id: ids must be unique"))
+    else:
+        cron_ids.add(str(ident))
     if not is_text(pattern) or len(str(pattern).split()) not in (5, 6):
-        raise Refusal("on.pattern", "must be a cron pattern of 5 or 6 space-separated fields")
-    _close_fields(on, run, False, "cron")
+        checks.refused.append(Refusal("on.pattern", "must be a cron pattern of 5 or 6 space-separated fields"))
+    checks.take(lambda: _close_fields(on, run, False, "cron"))
+    checks.settle()
     return {"type": "cron", "id": ident, "pattern": pattern}
 
 
 def _label_on(on: Mapping[str, Any], run: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    return {"type": "label", **_predicate(on, True), **_close_fields(on, run, False, "label")}
+    checks = Checks()
+    predicate = checks.take(lambda: _predicate(on, True))
+    checks.take(lambda: _close_fields(on, run, False, "label"))
+    checks.settle()
+    return {"type": "label", **(predicate or {})}
 
 
 def _comment_on(on: Mapping[str, Any], run: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    checks = Checks()
     if not is_text(on.get("phrase")):
-        raise Refusal("on.phrase", "must be a non-empty string")
-    _close_fields(on, run, False, "comment")
+        checks.refused.append(Refusal("on.phrase", "must be a non-empty string"))
+    checks.take(lambda: _close_fields(on, run, False, "comment"))
+    checks.settle()
     return {"type": "comment", "phrase": on["phrase"]}
 
 
@@ -206,11 +223,10 @@ def _entry(entry: object, comment_kinds: set[str], cron_ids: set[str]) -> tuple[
         raise Refusal("run.kind", 'a cron trigger has no delivery to act on: run.kind must be "local"')
     if on_type != "cron" and kind not in FORGE_KINDS:
         raise Refusal("run.kind", f"a {on_type} trigger is webhook-driven: use one of {'|'.join(sorted(FORGE_KINDS))}")
-    refused: list[Refusal] = []
-    normalized = _checked(refused, lambda: _on(on, run, str(kind), comment_kinds=comment_kinds, cron_ids=cron_ids))
-    fields = _checked(refused, lambda: run_fields(on, run, str(on_type)))
-    if refused:
-        raise Refusals(refused)
+    checks = Checks()
+    normalized = checks.take(lambda: _on(on, run, str(kind), comment_kinds=comment_kinds, cron_ids=cron_ids))
+    fields = checks.take(lambda: run_fields(on, run, str(on_type)))
+    checks.settle()
     assert normalized is not None and fields is not None
     if on_type != "cron" and "disarmed" in on:
         return {"type": DISARMED}, {}
@@ -229,23 +245,6 @@ def _on(
             raise Refusal("on.type", f"at most one {kind} comment trigger is allowed")
         comment_kinds.add(kind)
     return normalized
-
-
-def _checked(refused: list[Refusal], check: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
-    """The check's result, or None with its refusal added to the list."""
-    try:
-        return check()
-    except Refusal as refusal:
-        refused.append(refusal)
-        return None
-
-
-class Refusals(Exception):
-    """Every refused part of one entry, in the order the entry reads."""
-
-    def __init__(self, refusals: list[Refusal]) -> None:
-        self.refusals = refusals
-        super().__init__("; ".join(str(refusal) for refusal in refusals))
 
 
 def parse_triggers(text: str | bytes, source: str) -> list[Trigger]:

@@ -15,7 +15,7 @@ from pi_dispatch.core.jobs import CONTAINER_VARIABLES, LOCAL_KIND
 from pi_dispatch.core.jscompat import is_integer, js_length, js_trim
 from pi_dispatch.core.names import PROFILE_NAME_RE
 from pi_dispatch.core.waits import WAIT_CONDITION_MAX, parse_after_instant
-from pi_dispatch.triggers.terms import Refusal, is_text, model_fields, sweep_near_misses
+from pi_dispatch.triggers.terms import Checks, Refusal, is_text, model_fields, sweep_near_misses
 
 REPLICAS_MAX: Final = 3  # the default concurrency: more replicas would queue rather than race
 SECRETS_MAX: Final = 16
@@ -259,10 +259,12 @@ def _cron_fields(run: Mapping[str, Any], command: str | None) -> dict[str, Any]:
 
 def run_fields(on: Mapping[str, Any], run: Mapping[str, Any], on_type: str) -> dict[str, Any]:
     """The validated run of one trigger, in the reference's normalized order; absent fields stay absent."""
-    cron = on_type == "cron"
-    command = _command(run, on_type)
-    _flow(run, on_type, command)
-    local = _cron_fields(run, command) if cron else {}
+    cron, checks = on_type == "cron", Checks()
+    sound, command = checks.passed(lambda: _command(run, on_type))
+    local: dict[str, Any] = {}
+    if sound:  # the flow, a cron trigger's task and the portfolio switch are read beside a sound command only
+        checks.take(lambda: _flow(run, on_type, command))
+        local = (checks.take(lambda: _cron_fields(run, command)) or {}) if cron else {}
     fields: dict[str, Any] = {
         "kind": run["kind"],
         "folder": local.get("folder"),
@@ -270,22 +272,23 @@ def run_fields(on: Mapping[str, Any], run: Mapping[str, Any], on_type: str) -> d
         "task": local.get("task"),
         "command": command,
         "github": local.get("github"),
-        "packages": _boolean(run, "packages"),
-        "image": _image(run),
-        "resume": _boolean(run, "resume"),
-        "replicas": _replicas(run),
-        "skillsDir": _plain_text(run, "skillsDir", "string"),
-        "instructions": _instructions(run, cron),
-        "repository": None if cron else _repository(run, on_type),
-        "secrets": _secrets(run),
-        "secretsProfile": _secrets_profile(run),
+        "packages": checks.take(lambda: _boolean(run, "packages")),
+        "image": checks.take(lambda: _image(run)),
+        "resume": checks.take(lambda: _boolean(run, "resume")),
+        "replicas": checks.take(lambda: _replicas(run)),
+        "skillsDir": checks.take(lambda: _plain_text(run, "skillsDir", "string")),
+        "instructions": checks.take(lambda: _instructions(run, cron)),
+        "repository": None if cron else checks.take(lambda: _repository(run, on_type)),
+        "secrets": checks.take(lambda: _secrets(run)),
+        "secretsProfile": checks.take(lambda: _secrets_profile(run)),
     }
-    sweep_near_misses(on, run)
+    checks.take(lambda: sweep_near_misses(on, run))
     fields |= {
-        "waitFor": wait_for(on, run, on_type),
-        "backend": _backend(run),
-        "excludeTools": _exclude_tools(run),
-        **model_fields(run),
-        "portfolio": _portfolio(run, on_type, command),
+        "waitFor": checks.take(lambda: wait_for(on, run, on_type)),
+        "backend": checks.take(lambda: _backend(run)),
+        "excludeTools": checks.take(lambda: _exclude_tools(run)),
+        **(checks.take(lambda: model_fields(run)) or {}),
+        "portfolio": checks.take(lambda: _portfolio(run, on_type, command)) if sound else None,
     }
+    checks.settle()
     return {key: value for key, value in fields.items() if value is not None}

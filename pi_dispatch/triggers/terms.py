@@ -4,8 +4,8 @@ of field names, and which model a trigger's job runs on. Pure."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeVar
 
 from pi_dispatch.core.jscompat import is_integer, js_string, js_trim
 
@@ -43,6 +43,43 @@ class Refusal(ValueError):
         self.field = field
         self.message = message
         super().__init__(f"{field}: {message}")
+
+
+class Refusals(ValueError):
+    """Every refused field of one trigger, in the order the trigger reads."""
+
+    def __init__(self, refusals: list[Refusal]) -> None:
+        self.refusals = refusals
+        super().__init__("; ".join(str(refusal) for refusal in refusals))
+
+
+Checked = TypeVar("Checked")
+
+
+class Checks:
+    """Each field's check run in turn, every refusal kept: one bad field never hides another."""
+
+    def __init__(self) -> None:
+        self.refused: list[Refusal] = []
+
+    def take(self, check: Callable[[], Checked]) -> Checked | None:
+        """The check's result, or None with its refusals kept."""
+        try:
+            return check()
+        except Refusals as many:
+            self.refused += many.refusals
+        except Refusal as one:
+            self.refused.append(one)
+        return None
+
+    def passed(self, check: Callable[[], Checked]) -> tuple[bool, Checked | None]:
+        """`take`, and whether the check refused nothing (a field the next checks read must be sound first)."""
+        before = len(self.refused)
+        return (value := self.take(check)) is not None or len(self.refused) == before, value
+
+    def settle(self) -> None:
+        if self.refused:
+            raise Refusals(self.refused)
 
 
 def is_text(value: object) -> bool:
@@ -98,6 +135,7 @@ def _max_cost(value: object) -> bool:
 def model_fields(run: Mapping[str, Any]) -> dict[str, Any]:
     """provider, model, maxTurns, models and maxCostUsd as written; null (the deployment default) is left out."""
     found: dict[str, Any] = {}
+    refused: list[Refusal] = []
     checks = (
         ("provider", lambda v: isinstance(v, str) and PROVIDER.fullmatch(v), "1-64 letters, digits, . _ -"),
         ("model", lambda v: isinstance(v, str) and MODEL.fullmatch(v), "1-64 letters, digits, . _ - : / @"),
@@ -106,14 +144,21 @@ def model_fields(run: Mapping[str, Any]) -> dict[str, Any]:
     for key, valid, what in checks:
         if run.get(key) is not None:
             if not valid(run[key]):
-                raise Refusal(f"run.{key}", f"must be {what}, or null for the deployment default")
+                refused.append(Refusal(f"run.{key}", f"must be {what}, or null for the deployment default"))
             found[key] = run[key]
     if run.get("models") is not None:
-        found["models"] = _models(run["models"], found)
+        try:
+            found["models"] = _models(run["models"], found)
+        except Refusal as refusal:
+            refused.append(refusal)
     if run.get("maxCostUsd") is not None:
         if not _max_cost(run["maxCostUsd"]):
-            raise Refusal("run.maxCostUsd", "must be a decimal above 0, at most 1000000, with at most 6 decimals")
+            refused.append(
+                Refusal("run.maxCostUsd", "must be a decimal above 0, at most 1000000, with at most 6 decimals")
+            )
         found["maxCostUsd"] = run["maxCostUsd"]
+    if refused:
+        raise Refusals(refused)
     return found
 
 

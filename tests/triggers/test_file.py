@@ -184,16 +184,24 @@ def test_a_trigger_with_a_bad_selector_and_a_bad_run_field_names_both() -> None:
     cron = {"on": {"type": "cron", "id": "a:b", "pattern": "0 3 * * *"}, "run": {**CRON["run"], "folder": ""}}
     said = refusal(cron)
     assert "trigger 0 on.id:" in said and "trigger 0 run.folder:" in said, said
+    cron["on"] |= {"pattern": "* *", "once": True}
+    said = refusal(cron)
+    assert all(f"trigger 0 {field}:" in said for field in ("on.id", "on.pattern", "on.once", "run.folder")), said
+    closing = {"type": "pull_request", "action": ["closed"], "any": ["x"], "reviewState": ["approved"], "once": 1}
+    said = refusal({"on": closing, "run": {"kind": "github", "flow": "a", "image": "-x"}})
+    assert all(f"trigger 0 {field}:" in said for field in ("on.any", "on.reviewState", "on.once", "run.image")), said
 
 
 def test_config_triggers_says_every_problem_of_a_trigger_at_once(tmp_path: Path) -> None:
     from tests.support.helpers import run_cli
 
+    bad_run = {"maxTurns": 0, "image": "-x", "models": "all", "maxCostUsd": -1, "replicas": 1, "backend": "no such"}
     path = tmp_path / "triggers.json"
-    path.write_text(json.dumps({"triggers": [entry({"type": "label", "any": "pi:fix"}, maxTurns=0)]}))
+    path.write_text(json.dumps({"triggers": [entry({"type": "label", "any": "pi:fix"}, **bad_run)]}))
     checked = run_cli("config", "triggers", str(path))
     assert checked.returncode == 2, checked
-    assert "trigger 0 on.any" in checked.stderr and "trigger 0 run.maxTurns" in checked.stderr, checked.stderr
+    named = {line.split(":")[0] for line in checked.stderr.splitlines() if line.startswith("trigger 0 ")}
+    assert named == {"trigger 0 on.any", *(f"trigger 0 run.{field}" for field in bad_run)}, checked.stderr
 
 
 json_values = st.recursive(
