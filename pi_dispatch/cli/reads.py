@@ -21,6 +21,7 @@ from pi_dispatch.fleet.mirror import MirroredRuns, merge_runs, read_mirrored_run
 from pi_dispatch.fleet.queueview import read_queues
 from pi_dispatch.fleet.registry import LiveHosts, Unreachable, read_live_hosts
 from pi_dispatch.fleet.rehome import known_host_queues
+from pi_dispatch.fleet.snapshot import registry_now
 from pi_dispatch.fleet.steal import Waiting
 from pi_dispatch.fleet.storeview import StoreState, read_store_state
 from pi_dispatch.infra.clock import wall_ms
@@ -53,7 +54,7 @@ async def with_client(store: StoreAddress, use: Callable[[Any], Any]) -> Any:
 
 
 def read_registry(store: StoreAddress) -> LiveHosts | Unreachable:
-    return asyncio.run(with_client(store, read_live_hosts))  # type: ignore[no-any-return]
+    return asyncio.run(with_client(store, registry_now))  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class FleetRead:
 
 
 async def _fleet(client: Any, store: StoreAddress) -> FleetRead:
-    live = await read_live_hosts(client)
+    live = await registry_now(client)
     if not isinstance(live, LiveHosts):
         return FleetRead(live, [], [])
     state = await read_store_state(client, store)
@@ -108,7 +109,7 @@ def enqueue_job(store: StoreAddress, kind: str, data: dict[str, Any]) -> Enqueue
     """Route and add one forge job, unless its id is already in a queue. A bad delivery is a ConfigError."""
     from pi_dispatch.core.capabilities import explain_route
     from pi_dispatch.core.jobs import JobIdError
-    from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, forge_job_options, registry_reader
+    from pi_dispatch.fleet.enqueue import Enqueuer, forge_job_options, store_router
     from pi_dispatch.fleet.locate import candidate_queues, locate
 
     async def run(client: Any) -> Enqueue:
@@ -118,7 +119,7 @@ def enqueue_job(store: StoreAddress, kind: str, data: dict[str, Any]) -> Enqueue
         if found := await locate(client, job_id, candidate_queues(hosts)):
             there = found[0]
             return Enqueue("exists", there.queue, job_id, f"already {there.state} there", state=there.state)
-        router = ForgeRouter(registry_reader(client))
+        router = store_router(client)
         enqueuer = Enqueuer(store, router)
         try:
             enqueued = await enqueuer.enqueue_forge_job(kind, data)

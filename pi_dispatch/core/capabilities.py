@@ -7,7 +7,7 @@ what the enqueue path uses, and `explain_route` says why each host was or was no
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -114,6 +114,16 @@ def is_stuck(host: object) -> bool:
 def is_draining(host: object) -> bool:
     flag = get(host, "draining")
     return flag is True or flag == "true"
+
+
+def with_drains(hosts: list[dict[str, object]], drained: Collection[str]) -> list[dict[str, object]]:
+    """The rows with each host's drain as the operator's fact says now (`control:drained`); a row itself says so
+    only from its host's next beat. A row the fact agrees with is kept as it is."""
+    return [
+        row if is_draining(row) == (str(row.get("name")) in drained) else
+        {**row, "draining": "true" if str(row.get("name")) in drained else ""}
+        for row in hosts
+    ]  # fmt: skip
 
 
 # A row's `unhealthy` (this port's own field) says why the host cannot run jobs now (its folders, its image, its

@@ -34,6 +34,9 @@ JOB_LOG_PREFIX: Final = "runs:log:"
 RUN_SPILL_PREFIX: Final = "runs:spill:"
 CANCEL_PREFIX: Final = "control:cancel:"
 DRAIN_PREFIX: Final = "control:drain:"
+# The names of the hosts with a drain fact, set in the same transaction as the fact: what every router reads beside
+# the registry's snapshot, so a drain or a resume reaches routing at once rather than at the host's next beat.
+DRAINED_HOSTS: Final = "control:drained"
 CONTROL_CHANNEL: Final = "control:events"
 # This port's own: the fleet's epoch in the store, written once (and again only after the store lost its data), so
 # a store that comes back empty is noticed (`fleet/storereset.py`).

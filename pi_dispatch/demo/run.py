@@ -42,7 +42,7 @@ from pi_dispatch.demo.hooks import DemoReceiver, RecordingEnqueuer, delivery_for
 from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE, docker_problem
 from pi_dispatch.demo.keep import keep_running, say_next
 from pi_dispatch.demo.store import EmbeddedValkey, free_port
-from pi_dispatch.fleet.enqueue import ForgeRouter, registry_reader
+from pi_dispatch.fleet.enqueue import store_router
 from pi_dispatch.fleet.hosts import FleetHost, heartbeat_row
 from pi_dispatch.fleet.inventory import load_inventory
 from pi_dispatch.fleet.mirror import merge_runs, read_mirrored_runs
@@ -283,7 +283,7 @@ class Demo:
         """One signed GitHub delivery per example trigger, over HTTP to the receiver, which routes and queues it."""
         live = await read_live_hosts(client)
         rows = live.hosts if isinstance(live, LiveHosts) else []
-        enqueuer = RecordingEnqueuer(StoreAddress(url), ForgeRouter(registry_reader(client)))
+        enqueuer = RecordingEnqueuer(StoreAddress(url), store_router(client))
         title = "Deliveries: one signed GitHub webhook per example trigger, POSTed to the receiver"
         table = Table(title=title, show_lines=True)
         for column in ("trigger", "delivery", "answer", "needs", "queue", "why"):

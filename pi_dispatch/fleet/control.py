@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from pi_dispatch.core.keys import CONTROL_CHANNEL, cancel_key, drain_key
+from pi_dispatch.core.keys import CONTROL_CHANNEL, DRAINED_HOSTS, cancel_key, drain_key
 from pi_dispatch.core.names import record_stem
 from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded
 
@@ -90,12 +90,14 @@ async def cancelled_of(client: aioredis.Redis, job_ids: Sequence[str], timeout_s
 async def request_drain(
     client: aioredis.Redis, worker: str, drain: Drain | None, timeout_s: float = OP_TIMEOUT_S
 ) -> None:
-    """Drain (a Drain) or resume (None) a host: the fact first, then the message."""
+    """Drain (a Drain) or resume (None) a host: the fact and the routers' index of it first, then the message."""
     pipe = client.pipeline(transaction=True)
     if drain is None:
         pipe.delete(drain_key(worker))
+        pipe.srem(DRAINED_HOSTS, worker)
     else:
         pipe.set(drain_key(worker), drain.as_json())
+        pipe.sadd(DRAINED_HOSTS, worker)
     pipe.publish(CONTROL_CHANNEL, message("resume" if drain is None else "drain", worker))
     await bounded(pipe.execute(), timeout_s)
 

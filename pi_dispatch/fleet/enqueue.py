@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-from pi_dispatch.core.capabilities import RouteTable, job_needs
+from pi_dispatch.core.capabilities import RouteTable, job_needs, with_drains
 from pi_dispatch.core.jobs import (
     DEDUP_TTL_MS,
     FORGE_JOB_OPTIONS,
@@ -24,13 +24,14 @@ from pi_dispatch.core.jobs import (
     semantic_dedup_id,
 )
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
-from pi_dispatch.fleet.snapshot import FleetView, fleet_view
+from pi_dispatch.fleet.snapshot import FleetView, fleet_view, read_drained
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.store import NotPrimary, ReplicaCount, StoreAddress
 from pi_dispatch.infra.valkey import bounded, describe
 
 HOSTS_TTL_S: Final = 5.0
 MAX_VIEW_AGE_S: Final = 60.0  # a routing view older than this is not routed by
+DRAINS_TTL_S: Final = 1.0  # an operator's drain or resume reaches a router's decisions within this
 READ_TIMEOUT_S: Final = 1.5
 ADD_TIMEOUT_S: Final = 5.0
 # A replicated store acknowledges an add only once every replica up holds it (`infra/store.ReplicaCount` says why
@@ -46,6 +47,7 @@ class NotReplicated(ConnectionError):
 
 
 HostsReader = Callable[[], Awaitable[list[dict[str, object]]]]
+DrainsReader = Callable[[], Awaitable[frozenset[str]]]
 
 
 def registry_reader(client: Any) -> HostsReader:
@@ -59,6 +61,11 @@ def registry_reader(client: Any) -> HostsReader:
         return result.live.hosts
 
     return read
+
+
+def store_router(client: Any, log: EventLog = discard) -> ForgeRouter:
+    """A router over a store: its registry view as `registry_reader` reads it, and the drains read beside it."""
+    return ForgeRouter(registry_reader(client), log=log, read_drains=lambda: read_drained(client, READ_TIMEOUT_S))
 
 
 def _delivery_job_id(kind: str, job: Mapping[str, Any]) -> str:
@@ -83,8 +90,13 @@ class ForgeRouter:
     read_timeout_s: float = READ_TIMEOUT_S
     log: EventLog = discard
     max_age_s: float = MAX_VIEW_AGE_S
+    read_drains: DrainsReader | None = None
+    drains_ttl_s: float = DRAINS_TTL_S
     reads: int = 0
     _table: RouteTable | None = None
+    _hosts: list[dict[str, object]] = field(default_factory=list)
+    _drained: frozenset[str] | None = None
+    _drains_at: float = float("-inf")
     _read_at: float = float("-inf")
     _tried_at: float = float("-inf")
     _inflight: asyncio.Future[RouteTable] | None = field(default=None, repr=False)
@@ -121,7 +133,24 @@ class ForgeRouter:
             self.log("routing_view_unread", {"reason": describe(error), "ageS": round(self.view_age_s, 1)})
             usable = self._table is not None and self.view_age_s < self.max_age_s
             return self._table if usable and self._table is not None else RouteTable([])
-        self._table, self._read_at = RouteTable.from_hosts(hosts), self.clock()
+        self._table, self._hosts, self._read_at = RouteTable.from_hosts(hosts), hosts, self.clock()
+        self._drains_at = float("-inf")  # the drains are read again beside the next decision
+        return self._table
+
+    async def _drains_now(self, table: RouteTable) -> RouteTable:
+        """The table with the operator's drains and resumes as they are now: the small drain set is read at most
+        once a `drains_ttl_s`, the registry's view only every `ttl_s`, so a drain reaches routing within a second."""
+        if self.read_drains is None or table is not self._table or self.clock() - self._drains_at < self.drains_ttl_s:
+            return table  # no reader, an abstention (no view to route by), or read a moment ago
+        self._drains_at = self.clock()
+        try:
+            drained = await bounded(self.read_drains(), self.read_timeout_s)
+        except Exception as error:  # the view as read stays; the next decision past the TTL tries again
+            self.log("routing_drains_unread", {"reason": describe(error)})
+            return table
+        if drained != self._drained:
+            self._drained = drained
+            self._table = RouteTable.from_hosts(with_drains(self._hosts, drained))
         return self._table
 
     async def queue_for(self, kind: str, job: Mapping[str, Any]) -> str:
@@ -133,7 +162,7 @@ class ForgeRouter:
             job_id = _delivery_job_id(kind, job)
         except JobIdError:
             return SHARED_QUEUE
-        host = (await self._snapshot()).route(needs, job_id)
+        host = (await self._drains_now(await self._snapshot())).route(needs, job_id)
         if host is None:
             return SHARED_QUEUE
         self.log("forge_job_routed", {"kind": kind, "host": host, "needs": ",".join(needs)})

@@ -20,7 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from pi_dispatch.core.keys import HOST_SNAPSHOT, HOST_SNAPSHOT_LEASE, REHOME_SILENT
+from pi_dispatch.core.capabilities import with_drains
+from pi_dispatch.core.keys import DRAINED_HOSTS, HOST_SNAPSHOT, HOST_SNAPSHOT_LEASE, REHOME_SILENT
 from pi_dispatch.fleet.registry import (
     HOST_BEAT_MS,
     InvalidRow,
@@ -113,23 +114,55 @@ async def fleet_view(
     timeout_s: float = OP_TIMEOUT_S,
 ) -> FleetView | Unreachable:
     """The live rows: the snapshot when it is fresh; else this reader refreshes it when it wins the lease, or reads
-    the registry itself when the snapshot is too old to use and someone else holds the lease."""
+    the registry itself when the snapshot is too old to use and someone else holds the lease. Read in the same
+    round trip as the snapshot, the operator's drains and resumes count at once (`with_drains`)."""
     try:
-        raw = await bounded(client.get(HOST_SNAPSHOT), timeout_s)
+        pipe = client.pipeline(transaction=False)
+        pipe.get(HOST_SNAPSHOT)
+        pipe.smembers(DRAINED_HOSTS)
+        raw, members = await bounded(pipe.execute(), timeout_s)
     except Exception as error:
         return Unreachable(describe(error))
+    drained = drained_names(members)
     parsed = parse_snapshot(raw, now())
     if parsed is not None and parsed[1] < refresh_after_ms:
-        return FleetView(parsed[0], parsed[1], direct=False)
+        return FleetView(_drained(parsed[0], drained), parsed[1], direct=False)
     try:
         won = await bounded(
             client.set(HOST_SNAPSHOT_LEASE, secrets.token_hex(4), nx=True, px=refresh_after_ms), timeout_s
         )
     except Exception as error:
         return Unreachable(describe(error))
-    if not won and parsed is not None:
-        return FleetView(parsed[0], parsed[1], direct=False)  # being refreshed by another reader; fresh enough
+    if not won and parsed is not None:  # being refreshed by another reader; fresh enough
+        return FleetView(_drained(parsed[0], drained), parsed[1], direct=False)
     live = await publish(client, now, timeout_s) if won else await read_live_hosts(client, now=now, timeout_s=timeout_s)
     if not isinstance(live, LiveHosts):
         return live
-    return FleetView(live, 0, direct=True)
+    return FleetView(_drained(live, drained), 0, direct=True)
+
+
+def drained_names(members: object) -> frozenset[str]:
+    """The names in `control:drained` as read (a reply of any other shape names none)."""
+    if not isinstance(members, set | list):
+        return frozenset()
+    return frozenset(m.decode("utf-8", "replace") if isinstance(m, bytes) else str(m) for m in members)
+
+
+async def read_drained(client: aioredis.Redis, timeout_s: float = OP_TIMEOUT_S) -> frozenset[str]:
+    """The hosts the operator drains now, in one round trip (the store's errors are raised)."""
+    return drained_names(await bounded(client.smembers(DRAINED_HOSTS), timeout_s))
+
+
+async def registry_now(client: aioredis.Redis, timeout_s: float = OP_TIMEOUT_S) -> LiveHosts | Unreachable:
+    """The registry read directly (as an operator's command reads it), the operator's drains applied."""
+    live = await read_live_hosts(client, timeout_s=timeout_s)
+    if not isinstance(live, LiveHosts):
+        return live
+    try:
+        return _drained(live, await read_drained(client, timeout_s))
+    except Exception as error:
+        return Unreachable(describe(error))
+
+
+def _drained(live: LiveHosts, drained: frozenset[str]) -> LiveHosts:
+    return LiveHosts(with_drains(live.hosts, drained), live.invalid, live.ghosts)

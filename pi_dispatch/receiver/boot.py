@@ -23,7 +23,7 @@ from aiohttp import web
 
 from pi_dispatch.core.descriptors import descriptors_needed
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
-from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
+from pi_dispatch.fleet.enqueue import Enqueuer, store_router
 from pi_dispatch.fleet.receivers import REPORT_EVERY_S, ReceiverState, report_receiver
 from pi_dispatch.fleet.storeview import refuse_an_evicting_store
 from pi_dispatch.infra.clock import wall_ms
@@ -253,7 +253,7 @@ async def serve(
         await judge_store(store)
         found.store = store.client()
         await refuse_an_evicting_store(found.store)
-        router = ForgeRouter(registry_reader(found.store), log=log)
+        router = store_router(found.store, log=log)
         found.enqueuer = Enqueuer(store, router)
         await _other_forges(config, client, retried, log, found)
     except (ConfigError, ForgeCallError, TimeoutError, OSError) as error:

@@ -50,7 +50,7 @@ async def serve(port: int) -> None:
     stands in for the forge's identity call)."""
     from aiohttp import web
 
-    from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
+    from pi_dispatch.fleet.enqueue import Enqueuer, store_router
     from pi_dispatch.infra.store import store_from_environ
     from pi_dispatch.receiver.rules import Rules
     from pi_dispatch.receiver.server import Identities, Receiver, application
@@ -65,7 +65,7 @@ async def serve(port: int) -> None:
 
     store = store_from_environ()
     rules = Rules.from_triggers(parse_triggers(json.dumps(TRIGGERS), "bench"))
-    enqueuer = Enqueuer(store, ForgeRouter(registry_reader(store.client())))
+    enqueuer = Enqueuer(store, store_router(store.client()))
     receiver = Receiver(rules, enqueuer, refusals, github_secret=SECRET, identities=Identities(github=999))
     runner = web.ServerRunner(application(receiver, default_limits()), access_log=None)
     await runner.setup()
