@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pi_dispatch.audit.placement import SEVERITIES, Report
-from pi_dispatch.console.output import show
+from pi_dispatch.console.output import Rows, show, show_rows
 from pi_dispatch.console.rowview import clock_note
 from pi_dispatch.console.terminal import keep_whole, plain, visible
 from pi_dispatch.core.capabilities import is_draining, unhealthy_reason
@@ -74,28 +74,31 @@ def print_hosts(
 ) -> None:
     """The registry as every router reads it: the routes flag and the capability tokens a peer honours, the free
     slots and how many waiting jobs each host could run (`fleet/backlog.py`); and the rows nobody routes to."""
-    table = Table(title=f"Live registry ({len(hosts)} hosts)")
-    for column in ("name", "routes", "caps", "stale", "version", "tz", "concurrency", "free", "could run"):
-        table.add_column(column)
+    table = Rows(
+        f"Live registry ({len(hosts)} hosts)",
+        ("name", "routes", "caps", "stale", "version", "tz", "concurrency", "free", "could run"),
+        whole=("name", "caps", "version", "tz"),
+        right=("concurrency", "free", "could run"),
+    )
     for host in hosts:
         stale = host.get("staleMs")
         seen = FleetHost.of_row(host)
-        table.add_row(
-            visible(seen.name),
-            visible(_routes(host, seen.routes)),
-            visible(seen.caps or "-"),
-            visible((f"{int(stale) / 1000:.0f} s" if isinstance(stale, int) else "undatable") + clock_note(host)),
-            *(visible(host.get(field, "")) for field in ("version", "tz", "concurrency", "slotsFree")),
-            visible(shown_count((could_run or {}).get(seen.name))),
+        table.add(
+            seen.name,
+            _routes(host, seen.routes),
+            seen.caps or "-",
+            (f"{int(stale) / 1000:.0f} s" if isinstance(stale, int) else "undatable") + clock_note(host),
+            *(host.get(field, "") for field in ("version", "tz", "concurrency", "slotsFree")),
+            shown_count((could_run or {}).get(seen.name)),
         )
-    show(console, keep_whole(table, "name", "caps", "version", "tz"))
+    show_rows(console, table)
     if invalid:
-        refused = Table(title=f"Invalid rows ({len(invalid)}): never routed to")
-        refused.add_column("registry entry")
-        refused.add_column("why")
+        refused = Rows(
+            f"Invalid rows ({len(invalid)}): never routed to", ("registry entry", "why"), whole=("registry entry",)
+        )
         for row in invalid:
-            refused.add_row(visible(row.member), visible(row.reason))
-        show(console, keep_whole(refused, "registry entry"))
+            refused.add(row.member, row.reason)
+        show_rows(console, refused)
 
 
 def _routes(host: Mapping[str, object], routes: str) -> str:
@@ -113,12 +116,11 @@ def print_host_queues(console: Console, queues: list[HostQueue], after_ms: int, 
         queue for queue in queues if queue.counts.total + queue.counts.failed > 0 or queue.silent_since_ms is not None
     ]
     empty = f", {len(queues) - len(listed)} of live hosts empty" if len(listed) < len(queues) else ""
-    table = Table(
-        title=f"Host queues ({len(queues)}{empty}); a silent host's jobs move to the live fleet after "
-        f"{after_ms // 1000} s"
+    table = Rows(
+        f"Host queues ({len(queues)}{empty}); a silent host's jobs move to the live fleet after {after_ms // 1000} s",
+        ("queue", "jobs", "host", "re-homed"),
+        whole=("queue",),
     )
-    for column in ("queue", "jobs", "host", "re-homed"):
-        table.add_column(column)
     for queue in listed:
         due = queue.due_ms(after_ms)
         if queue.silent_since_ms is None or due is None:
@@ -126,8 +128,8 @@ def print_host_queues(console: Console, queues: list[HostQueue], after_ms: int, 
         else:
             host = f"silent since {iso_string(queue.silent_since_ms)}"
             when = "due now" if due <= now_ms else f"at {iso_string(due)} (in {(due - now_ms) // 1000} s)"
-        table.add_row(visible(queue.queue), visible(queue.counts.describe()), visible(host), visible(when))
-    show(console, keep_whole(table, "queue"))
+        table.add(queue.queue, queue.counts.describe(), host, when)
+    show_rows(console, table)
 
 
 def print_runs(console: Console, runs: list[Any], degraded: str, skipped: int = 0) -> None:
@@ -136,21 +138,20 @@ def print_runs(console: Console, runs: list[Any], degraded: str, skipped: int = 
         if degraded.startswith("unreachable")
         else f"RUNS · fleet ({', '.join(plain(name) for name in hosts_in(runs)) or 'none'})"
     )
-    table = Table(title=Text(plain(f"{title} · mirror {degraded}", 2_000)))
-    for column in ("ended", "job id", "host", "kind", "outcome", "reason"):
-        table.add_column(column)
+    columns = ("ended", "job id", "host", "kind", "outcome", "reason")
+    table = Rows(plain(f"{title} · mirror {degraded}", 2_000), columns, whole=columns)
     for run in runs:
         if not isinstance(run, dict):
             skipped += 1
             continue
-        table.add_row(
-            visible(run.get("endedAt") or run.get("startedAt") or "?"),
-            visible(run.get("jobId")),
-            visible(run.get("host") or "?"),
-            visible(run.get("kind") or ""),
-            visible(run.get("outcome") or ""),
-            visible(run.get("reason") or "-"),
+        table.add(
+            run.get("endedAt") or run.get("startedAt") or "?",
+            run.get("jobId"),
+            run.get("host") or "?",
+            run.get("kind") or "",
+            run.get("outcome") or "",
+            run.get("reason") or "-",
         )
-    show(console, keep_whole(table, "ended", "job id", "host", "kind", "outcome", "reason"))
+    show_rows(console, table)
     if skipped:
         console.print(f"{skipped} malformed records skipped")

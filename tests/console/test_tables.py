@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import io
+import re
 
+import pytest
 from rich.console import Console
 
 from pi_dispatch.audit.findings import Finding, Report
-from pi_dispatch.console.tables import FINDINGS_PER_CODE, print_host_queues, print_report
+from pi_dispatch.console.output import DRAWN_MAX
+from pi_dispatch.console.tables import FINDINGS_PER_CODE, print_host_queues, print_hosts, print_report
 from pi_dispatch.fleet.hosts import HostQueue, QueueCounts
 
 
@@ -53,3 +56,35 @@ def test_a_run_table_through_a_pipe_keeps_ids_and_timestamps_whole() -> None:
     text = console.export_text()
     for identifier in (job_id, "2026-12-01T08:15:22.123Z", "pi-host-with-a-long-name", "completed"):
         assert identifier in text, identifier
+
+
+def _hosts(count: int) -> list[dict[str, object]]:
+    return [
+        {"name": f"sim{n:05d}-of-a-long-name", "routes": "true", "caps": "s:prod,w:ci", "staleMs": 13_000,
+         "version": "0.1.0", "tz": "Europe/Amsterdam", "concurrency": "2", "slotsFree": "1"}
+        for n in range(count)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("count", "boxed"), [(3, True), (DRAWN_MAX + 1, False)])
+def test_the_hosts_on_a_narrow_terminal_keep_every_name_whole_and_a_long_listing_is_plain(
+    count: int, boxed: bool
+) -> None:
+    console = Console(width=60, file=io.StringIO(), force_terminal=True, color_system=None)
+    print_hosts(console, _hosts(count))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert ("│" in text) is boxed
+    words = set(re.split(r"[\s│]+", text))
+    assert {f"sim{n:05d}-of-a-long-name" for n in range(count)} <= words
+    assert {"Europe/Amsterdam", "s:prod,w:ci", "concurrency", "could"} <= words  # headers and values never cut
+    assert "13 s" in text  # a short value never wraps
+
+
+def test_through_a_pipe_the_hosts_are_one_line_each_split_by_two_spaces() -> None:
+    console = Console(width=40, file=io.StringIO())
+    print_hosts(console, _hosts(2), could_run={"sim00001-of-a-long-name": 3})
+    lines = console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    assert lines[0] == "Live registry (2 hosts)" and len(lines) == 4
+    assert [re.split(r"\s{2,}", line) for line in lines[2:]][1] == [
+        "sim00001-of-a-long-name", "true", "s:prod,w:ci", "13 s", "0.1.0", "Europe/Amsterdam", "2", "1", "3"
+    ]  # fmt: skip
