@@ -17,8 +17,8 @@ beside three real `pi-dispatch worker` processes (named, idle). Per N = 10, 100,
 - the idle RSS of a real worker against the plain BullMQ worker's.
 
 Goals (issue 24): own idle load <= 1.5x the plain worker's; shared <= 0.15 commands/s per row; fleet idle load at
-N=1,000 under 10% of a core; `top --once` and `hosts` <= 1 s (issue 38) and `audit --live` <= 2 s at N=5,000, each net of
-the command's start-up (`--version`, printed beside them); no decision abstains.
+N=1,000 under 10% of a core; `top --once` and `hosts` <= 1 s (issue 38) and `audit --live` <= 2 s at N=5,000, each
+net of the command's start-up (`--version`, printed beside them); no decision abstains.
 Usage: python bench/scale.py [--sizes 10,100,1000,5000] [--window 30]
 """
 
@@ -358,7 +358,8 @@ def main() -> int:
             f"{f['shared'] / f['n']:>10.3f} {fleet:>10.0f} {fleet_cpu * 100:>8.2f}% "
             f"{f['route'][0]:>8.3f} {f['route'][1]:>6.1f} {f['route'][2]:>4} {f['top'][0]:>6.2f} {f['top'][1]:>6} "
             f"{f['hosts'][0]:>7.2f} {f['audit'][0]:>7.2f} {f['audit'][1]:>6} {f['audit_all'][0]:>6.1f} "
-            f"{f['sweep'][0]:>7.3f} {f['sweep'][1]:>6} {f['sweep'][3]:>5} {f['rss']:>7.1f} {f['plain_rss']:>8.1f} {f['start']:>7.2f}"
+            f"{f['sweep'][0]:>7.3f} {f['sweep'][1]:>6} {f['sweep'][3]:>5} {f['rss']:>7.1f} {f['plain_rss']:>8.1f} "
+            f"{f['start']:>7.2f}"
         )
     return 0
 
