@@ -8,6 +8,7 @@ fails such a job for good, as a policy outcome with its own reason, and has it r
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,12 @@ from pi_dispatch.infra.valkey import reply_whole
 Unreadable = Callable[[Any, Reason], None]
 
 
+def node_client_name(queue: str, prefix: str = "bull", worker: str | None = None) -> str:
+    """The name Node's BullMQ gives a worker's connections: the prefix, the queue's name in base64, and `:w:<name>`
+    for a named worker."""
+    return f"{prefix}:{base64.b64encode(queue.encode()).decode()}" + (f":w:{worker}" if worker else "")
+
+
 class GuardedConsumer(Worker):  # type: ignore[misc]  # bullmq is untyped
     """A BullMQ Worker whose `on_unreadable` hears of each job it had to fail unread (with the job and why), and
     which keeps the times liveness is judged by: when it last asked the store for a job, when it last took one,
@@ -28,6 +35,9 @@ class GuardedConsumer(Worker):  # type: ignore[misc]  # bullmq is untyped
 
     def __init__(self, name: str, processor: Any, opts: dict[str, Any], on_unreadable: Unreadable) -> None:
         super().__init__(name, processor, opts)
+        # Named as Node's BullMQ names a worker's connections, so Node's tools (`Queue.getWorkers()`, bull-board)
+        # list this worker among the queue's; the Python client's own name is the queue's plain key prefix.
+        self.clientName = node_client_name(name, opts.get("prefix") or "bull", opts.get("name"))
         self.on_unreadable = on_unreadable
         self.polled_at_ms = 0  # wall clock, for the row and the metrics
         self.took_at_ms = 0

@@ -80,6 +80,11 @@ if (mode === "enqueue") {
     setTimeout(() => resolve(null), 20000);
   });
   await worker.close();
+} else if (mode === "workers") {
+  // what Node's tools (bull-board, Queue.getWorkers) list as the queue's workers
+  const queue = new Queue(input.queue, { connection });
+  out = { workers: (await queue.getWorkers()).map((client) => client.name) };
+  await queue.close();
 } else {
   const redis = new Redis(url, { maxRetriesPerRequest: 1 });
   const members = await redis.smembers("host:live");
@@ -286,6 +291,9 @@ async def test_a_node_producer_and_reader_share_a_fleet_with_a_python_worker(
             run_node_fleet, node_mirror, valkey_url, "route", {"job": job, "jobId": options["jobId"]}
         )
         assert seen["routed"] == "py-mini"  # a Node receiver routes a prod job to the Python host
+        for queue_name, draining in (("pi-jobs", 2), ("pi-jobs@py-mini", 1)):
+            listed = await asyncio.to_thread(run_node_fleet, node_mirror, valkey_url, "workers", {"queue": queue_name})
+            assert listed["workers"] == [queue_name] * 2 * draining  # each worker's two connections, as Node's
         assert python_route == "pi-jobs@py-mini"  # and so does ours
         row = next(host for host in seen["hosts"] if host["name"] == "py-mini")
         assert (row["caps"], row["routes"]) == ("s:prod", "true")
