@@ -8,10 +8,14 @@ measured in the same run on one real redis-server.
 - and, for what the worker cannot shed, the resident memory of importing BullMQ alone and with the Docker SDK (the
   libraries the worker runs on), and with pydantic-settings too (which only the child that checks the worker's
   settings loads, `config/handover.py`).
+- the worker again beside a registry of ROWS simulated hosts (`bench/scale.py`'s, beating), read after SETTLE_ROWS_S
+  (two beats): as most workers run, another host holding the re-home sweep's lease; and as the one that holds it
+  (it reads the whole registry's snapshot each sweep).
 Each process is started ROUNDS times and read after SETTLE_S; the median and range are printed, and the ratio of the
-medians. Goal (issue 24): worker and receiver each within 1.3x of their anchor.
+medians. Goals (issue 24, issue 38): the worker idle within 1.45x of the plain BullMQ worker, and +5 MB at most from
+no rows to ROWS; the receiver within 1.3x of its anchor.
 
-    python bench/footprint.py [--rounds 3]
+    python bench/footprint.py [--rounds 3] [--rows 5000]
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pi_dispatch.demo.store import free_port
 from pi_dispatch.testing.services import PLAIN_BULLMQ_WORKER, RedisServer, rss_mb, worker_process_env
 
 SETTLE_S = 12.0
+SETTLE_ROWS_S = 40.0
 BARE_RECEIVER = """
 import asyncio, sys
 from aiohttp import web
@@ -85,12 +90,14 @@ def fake_github() -> Iterator[str]:
         server.shutdown()
 
 
-def settled_rss(command: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> float:
-    """The process's resident memory once it has idled SETTLE_S; it must still be running then."""
+def settled_rss(
+    command: list[str], env: dict[str, str] | None = None, log: Path | None = None, settle_s: float = SETTLE_S
+) -> float:
+    """The process's resident memory once it has idled `settle_s`; it must still be running then."""
     out = log.open("wb") if log is not None else subprocess.DEVNULL
     process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        time.sleep(SETTLE_S)
+        time.sleep(settle_s)
         if process.poll() is not None:
             raise SystemExit(f"{command[:4]} ended with {process.returncode}; see {log}")
         return rss_mb(process.pid)
@@ -108,6 +115,26 @@ def settled_rss_quick(command: list[str]) -> float:
     finally:
         process.terminate()
         process.wait(30)
+
+
+def beside_rows(root: Path, url: str, count: int, name: str, *, sweeper: bool) -> float:
+    """A worker's settled memory beside `count` simulated hosts; unless `sweeper`, another host holds the re-home
+    sweep's lease (one worker of a fleet sweeps; the others never read the whole registry)."""
+    import redis
+    from scale import Simulator  # bench/scale.py's registry of beating hosts, a job waiting on each one's queue
+
+    from pi_dispatch.core.keys import REHOME_LEASE
+
+    store = redis.Redis.from_url(url)
+    store.flushdb()
+    if not sweeper:
+        store.set(REHOME_LEASE, "another-host", px=int(SETTLE_ROWS_S * 3000))
+    env = worker_process_env(root, url, EXAMPLE_IMAGE, name, PI_METRICS_ADDR="")
+    with Simulator(url, count):
+        figure = settled_rss([sys.executable, "-m", "pi_dispatch", "worker"], env, root / f"{name}.log", SETTLE_ROWS_S)
+    store.flushdb()
+    store.close()
+    return figure
 
 
 def receiver_env(root: Path, url: str, api: str) -> dict[str, str]:
@@ -136,6 +163,7 @@ def spread(values: list[float]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rows", type=int, default=5_000)
     args = parser.parse_args()
     python = sys.executable
     figures: dict[str, list[float]] = {}
@@ -156,6 +184,11 @@ def main() -> int:
                 for name, (command, env) in runs.items():
                     log = root / f"{name.split()[0]}-{number}.log"
                     figures.setdefault(name, []).append(settled_rss(command, env, log))
+                rows = f"worker, {args.rows:,} rows"
+                for sweeper in (False, True):
+                    figures.setdefault(rows + (", sweeper" if sweeper else ""), []).append(
+                        beside_rows(root, server.url, args.rows, f"rows{number}", sweeper=sweeper)
+                    )
                 for name, code in IMPORTS.items():
                     command = [python, "-c", f"{code}\nimport time; time.sleep({SETTLE_S / 4})"]
                     figures.setdefault(f"import {name}", []).append(settled_rss_quick(command))
@@ -166,6 +199,9 @@ def main() -> int:
     worker, plain = statistics.median(figures["worker"]), statistics.median(figures["plain BullMQ worker"])
     receiver, bare = statistics.median(figures["receiver"]), statistics.median(figures["bare aiohttp + Queue"])
     print(f"\nworker / plain BullMQ worker: {worker / plain:.2f}x")
+    for name, values in figures.items():
+        if name.startswith("worker, "):
+            print(f"{name} / worker alone: +{statistics.median(values) - worker:.1f} MB")
     print(f"receiver / bare aiohttp + Queue: {receiver / bare:.2f}x")
     return 0
 

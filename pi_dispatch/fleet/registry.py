@@ -13,9 +13,9 @@ import contextlib
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.core.capabilities import CAP_SECRET, CAP_WAIT, ROUTE_FRESH_MS
 from pi_dispatch.core.jscompat import finite, js_number, js_sorted, js_string, utf16_key
@@ -221,36 +221,42 @@ async def read_live_hosts(
     now: Callable[[], int] = wall_ms,
     timeout_s: float = OP_TIMEOUT_S,
     prune: bool = True,
+    fields: Sequence[str] | None = None,
+    chunk: int | None = None,
 ) -> LiveHosts | Unreachable:
-    """Every registered host, sorted by name. Two round trips whatever the fleet size (three to prune)."""
+    """Every registered host, sorted by name. Two round trips whatever the fleet size (three to prune). A worker,
+    which must stay as small with thousands of rows as with none, reads only the `fields` it keeps of each row,
+    `chunk` rows a round trip, so the replies it holds at once are bounded whatever the fleet's size."""
     if client is None:
         return Unreachable("no Valkey configured")
     try:
         raw_members = await bounded(client.smembers(HOST_LIVE), timeout_s)
-        members = js_sorted(reply_text(member) for member in raw_members)
-        pipe = client.pipeline(transaction=False)
-        for member in members:
-            pipe.hgetall(host_row_key(member))
-        rows = await bounded(pipe.execute(raise_on_error=False), timeout_s) if members else []
     except Exception as error:
         return Unreachable(describe(error))
+    members = js_sorted(reply_text(member) for member in raw_members)
     now_ms = now()
     hosts: list[dict[str, object]] = []
     invalid: list[InvalidRow] = []
     ghosts: list[str] = []
-    for member, raw_row in zip(members, rows, strict=True):
-        if isinstance(raw_row, BaseException):
-            invalid.append(InvalidRow(member, "its entry is not a hash"))
-            continue
-        if not raw_row:
-            ghosts.append(member)
-            continue
-        row = _decode_row(raw_row)
-        read = host_from_row(member, row, now_ms)
-        if isinstance(read, InvalidRow):
-            invalid.append(read)
-        else:
-            hosts.append(read)
+    step = chunk or max(1, len(members))
+    for start in range(0, len(members), step):
+        part = members[start : start + step]
+        try:
+            rows = await bounded(_read_rows(client, part, fields), timeout_s)
+        except Exception as error:
+            return Unreachable(describe(error))
+        for member, raw_row in zip(part, rows, strict=True):
+            if isinstance(raw_row, BaseException):
+                invalid.append(InvalidRow(member, "its entry is not a hash"))
+                continue
+            if not raw_row:
+                ghosts.append(member)
+                continue
+            read = host_from_row(member, _decode_row(raw_row), now_ms)
+            if isinstance(read, InvalidRow):
+                invalid.append(read)
+            else:
+                hosts.append(read)
     if ghosts and prune:  # a host whose row expired is silent for re-homing from now (it may have left jobs)
         with contextlib.suppress(Exception):
             pipe = client.pipeline(transaction=True)
@@ -259,6 +265,25 @@ async def read_live_hosts(
             await bounded(pipe.execute(), timeout_s)
     hosts.sort(key=lambda host: utf16_key(str(host["name"])))
     return LiveHosts(hosts, invalid, ghosts)
+
+
+async def _read_rows(client: aioredis.Redis, members: list[str], fields: Sequence[str] | None) -> list[Any]:
+    """These hosts' rows in one round trip: whole, or only `fields` (a row that is gone reads as empty either way)."""
+    pipe = client.pipeline(transaction=False)
+    for member in members:
+        if fields is None:
+            pipe.hgetall(host_row_key(member))
+        else:
+            pipe.hmget(host_row_key(member), list(fields))
+    replies = await pipe.execute(raise_on_error=False)
+    if fields is None:
+        return list(replies)
+    return [
+        reply
+        if isinstance(reply, BaseException)
+        else {f: v for f, v in zip(fields, reply, strict=True) if v is not None}
+        for reply in replies
+    ]
 
 
 async def beating(

@@ -49,8 +49,8 @@ from pi_dispatch.core.keys import (
 from pi_dispatch.fleet.epoch import epoch_of, store_epoch
 from pi_dispatch.fleet.hosts import FleetHost, QueueCounts, silent_since
 from pi_dispatch.fleet.moves import ID_TAKEN, JobMover
-from pi_dispatch.fleet.registry import LiveHosts, beating, read_live_hosts
-from pi_dispatch.fleet.snapshot import FleetView, fleet_view
+from pi_dispatch.fleet.registry import LiveHosts, beating
+from pi_dispatch.fleet.snapshot import FleetView, compact_registry, fleet_view
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.store import StoreAddress
@@ -258,7 +258,7 @@ class Rehomer:
         if elected:
             view = await fleet_view(self.client, now=self.now)
             return view.live if isinstance(view, FleetView) else None
-        live = await read_live_hosts(self.client)
+        live = await compact_registry(self.client)
         return live if isinstance(live, LiveHosts) else None
 
     async def _silent_states(
@@ -306,10 +306,11 @@ class Rehomer:
     async def move_waiting(self, queue: str) -> int:
         """What waits on a draining host's own queue, moved to where the live fleet routes it now. A job that no
         live host serves stays: on the shared queue the hosts without its profile would refuse it for good."""
-        live = await read_live_hosts(self.client)
-        if not isinstance(live, LiveHosts):
+        view = await fleet_view(self.client, now=self.now)  # the drains as they are now: never onto a drained peer
+        if not isinstance(view, FleetView):
             return 0
-        return await self._move_jobs(queue, RouteTable.from_hosts(live.hosts), MOVES_PER_SWEEP, keep_unserved=True)
+        table = RouteTable.from_hosts(view.live.hosts)
+        return await self._move_jobs(queue, table, MOVES_PER_SWEEP, keep_unserved=True)
 
     async def _move_jobs(self, queue: str, table: RouteTable, budget: int, *, keep_unserved: bool = False) -> int:
         pipe = self.client.pipeline(transaction=False)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 SNAPSHOT_FIELDS: Final = (
     "name", "beatAt", "routes", "caps", "consumer", "draining", "slotsFree", "concurrency", "tz", "fpCron",
 )  # fmt: skip
+ROW_CHUNK: Final = 250  # rows a worker's registry read holds at once: its memory stays flat as the fleet grows
 MAX_AGE_MS: Final = 3 * HOST_BEAT_MS  # past this a snapshot is not evidence of anything
 TTL_MS: Final = 4 * HOST_BEAT_MS
 
@@ -71,7 +72,8 @@ def parse_snapshot(raw: bytes | str | None, now_ms: int) -> tuple[LiveHosts, int
         return None
     hosts: list[dict[str, object]] = []
     invalid: list[InvalidRow] = []
-    for row in rows:
+    for index, row in enumerate(rows):
+        rows[index] = None  # each parsed row let go as it is read: a reader holds one copy of the fleet, not two
         if not isinstance(row, dict) or not all(isinstance(value, str) for value in row.values()):
             continue
         read = host_from_row(str(row.get("name", "")), row, at)
@@ -86,24 +88,18 @@ async def publish(
     client: aioredis.Redis, now: Callable[[], int] = wall_ms, timeout_s: float = OP_TIMEOUT_S
 ) -> LiveHosts | Unreachable:
     """Read the registry and publish it as the snapshot; hosts whose rows are gone are marked silent for re-homing."""
-    live = await read_live_hosts(client, now=now, timeout_s=timeout_s)
+    live = await compact_registry(client, now, timeout_s)
     if not isinstance(live, LiveHosts):
         return live
     at = now()
-    rows = [_compact(row) for row in live.hosts]
+    # written row by row: the publisher holds the rows it read (the snapshot's fields only) and their text, once
+    rows = ",".join(json.dumps(_compact(row), separators=(",", ":")) for row in live.hosts)
     pipe = client.pipeline(transaction=False)
-    pipe.set(HOST_SNAPSHOT, json.dumps({"at": at, "rows": rows}, separators=(",", ":")), px=TTL_MS)
+    pipe.set(HOST_SNAPSHOT, f'{{"at":{at},"rows":[{rows}]}}', px=TTL_MS)
     if live.ghosts:
         pipe.zadd(REHOME_SILENT, dict.fromkeys(live.ghosts, at), nx=True)
     await bounded(pipe.execute(), timeout_s)
-    # the publisher keeps what every other reader sees: the snapshot's fields, not whole rows
-    compact: list[dict[str, object]] = []
-    for row, host in zip(rows, live.hosts, strict=True):
-        kept: dict[str, object] = dict(row)
-        if "staleMs" in host:
-            kept["staleMs"] = host["staleMs"]
-        compact.append(kept)
-    return LiveHosts(compact, live.invalid, live.ghosts)
+    return live  # what every other reader sees: the snapshot's fields, and each row's staleness as read
 
 
 async def fleet_view(
@@ -135,7 +131,7 @@ async def fleet_view(
         return Unreachable(describe(error))
     if not won and parsed is not None:  # being refreshed by another reader; fresh enough
         return FleetView(_drained(parsed[0], drained), parsed[1], direct=False)
-    live = await publish(client, now, timeout_s) if won else await read_live_hosts(client, now=now, timeout_s=timeout_s)
+    live = await publish(client, now, timeout_s) if won else await compact_registry(client, now, timeout_s)
     if not isinstance(live, LiveHosts):
         return live
     return FleetView(_drained(live, drained), 0, direct=True)
@@ -151,6 +147,14 @@ def drained_names(members: object) -> frozenset[str]:
 async def read_drained(client: aioredis.Redis, timeout_s: float = OP_TIMEOUT_S) -> frozenset[str]:
     """The hosts the operator drains now, in one round trip (the store's errors are raised)."""
     return drained_names(await bounded(client.smembers(DRAINED_HOSTS), timeout_s))
+
+
+async def compact_registry(
+    client: aioredis.Redis, now: Callable[[], int] = wall_ms, timeout_s: float = OP_TIMEOUT_S
+) -> LiveHosts | Unreachable:
+    """The registry as a snapshot keeps it, read directly: each row's routing fields only, ROW_CHUNK rows a round
+    trip (what a worker reads when it publishes the snapshot, or cannot use it)."""
+    return await read_live_hosts(client, now=now, timeout_s=timeout_s, fields=SNAPSHOT_FIELDS, chunk=ROW_CHUNK)
 
 
 async def registry_now(client: aioredis.Redis, timeout_s: float = OP_TIMEOUT_S) -> LiveHosts | Unreachable:

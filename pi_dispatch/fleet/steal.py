@@ -12,14 +12,16 @@ taken, never a held one), once per wait, never a local job or a cron run bound t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from pi_dispatch.core.capabilities import is_live, out_of_service, parse_caps
+from pi_dispatch.core.capabilities import is_live, out_of_service, parse_caps, with_drains
 from pi_dispatch.core.jobs import LOCAL_KIND
-from pi_dispatch.core.keys import STEAL_OFFERS, bull_key, host_queue_name, worker_of_queue
+from pi_dispatch.core.keys import DRAINED_HOSTS, STEAL_OFFERS, bull_key, host_queue_name, host_row_key, worker_of_queue
 from pi_dispatch.fleet.moves import ROUTED_FIELD, STOLEN_FIELD, JobMover
+from pi_dispatch.fleet.registry import host_from_row
+from pi_dispatch.fleet.snapshot import SNAPSHOT_FIELDS, drained_names
 from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, reply_text
 
 if TYPE_CHECKING:
@@ -110,28 +112,50 @@ async def read_waiting(
     return [waiting for waiting in found if waiting is not None]
 
 
-def peer_queues(
-    offers: Sequence[tuple[str, int]],
-    own_queue: str,
-    rows: Sequence[dict[str, object]] | None,
-    caps: frozenset[str],
-) -> list[str]:
-    """The offered queues a steal may take from, at most QUEUES_READ: a live peer's that is not draining (a silent
-    host's queue is re-homing's; a draining or unhealthy one's moves anyway; a stuck one's is just where a steal
-    helps) and that shares a capability with this host (a job routed to a peer needs some of the peer's
-    capabilities; one this host can run needs only its own). Without rows to judge by, the oldest offers."""
-    by_name = {str(row.get("name")): row for row in rows} if rows is not None else None
+def steal_peers(rows: Iterable[Mapping[str, object]], caps: frozenset[str]) -> frozenset[str]:
+    """The peers whose queues a steal may take from: live and not draining (a silent host's queue is re-homing's; a
+    draining or unhealthy one's moves anyway; a stuck one's is just where a steal helps), sharing a capability with
+    this host (a job routed to a peer needs some of the peer's capabilities; one this host can run needs only its
+    own). A worker keeps these names from its beat, not the rows: its memory stays flat as the fleet grows."""
+    return frozenset(
+        str(row.get("name"))
+        for row in rows
+        if is_live(row) and not out_of_service(row) and parse_caps(row.get("caps")) & caps
+    )
+
+
+def peer_queues(offers: Sequence[tuple[str, int]], own_queue: str, peers: Collection[str]) -> list[str]:
+    """The offered queues a steal may take from, at most QUEUES_READ: those of `peers` (`steal_peers`)."""
     chosen = []
     for queue, _ in offers:
         host = worker_of_queue(queue)
-        if host is None or queue == own_queue:
+        if host is None or queue == own_queue or host not in peers:
             continue
-        if by_name is not None:
-            row = by_name.get(host)
-            if row is None or not is_live(row) or out_of_service(row) or not parse_caps(row.get("caps")) & caps:
-                continue
         chosen.append(queue)
     return chosen[:QUEUES_READ]
+
+
+async def read_peers(
+    client: aioredis.Redis, hosts: Collection[str], caps: frozenset[str], now_ms: int
+) -> frozenset[str]:
+    """Of these offering hosts, those a steal may take from (`steal_peers`), judged by their own rows (the routing
+    fields a snapshot keeps) and the operator's drains as they are now, in one round trip. A worker reads the few
+    hosts that offer, never the whole registry: its memory and its idle load stay flat as the fleet grows."""
+    listed = sorted(set(hosts))
+    if not listed:
+        return frozenset()
+    pipe = client.pipeline(transaction=False)
+    for name in listed:
+        pipe.hmget(host_row_key(name), list(SNAPSHOT_FIELDS))
+    pipe.smembers(DRAINED_HOSTS)
+    *replies, members = await bounded(pipe.execute(), OP_TIMEOUT_S)
+    rows: list[dict[str, object]] = []
+    for name, reply in zip(listed, replies, strict=True):
+        row = {key: reply_text(value) for key, value in zip(SNAPSHOT_FIELDS, reply, strict=True) if value is not None}
+        read = host_from_row(name, row, now_ms) if row else None
+        if isinstance(read, dict):
+            rows.append(read)
+    return steal_peers(with_drains(rows, drained_names(members)), caps)
 
 
 @dataclass
@@ -144,7 +168,6 @@ class Stealer:
     caps: frozenset[str]  # this host's capability tokens
     refuses: Callable[[object], bool]  # the host's own pre-spend refusals, so it never steals what it refuses
     now: Callable[[], int]
-    rows: Callable[[], Sequence[dict[str, object]] | None] = lambda: None  # the live rows from the last beat
     _mover: JobMover = field(init=False)
 
     def __post_init__(self) -> None:
@@ -157,7 +180,9 @@ class Stealer:
     async def find(self) -> list[Waiting]:
         """The waiting jobs this host could run from its peers' queues, the oldest first (none stolen yet)."""
         now = self.now()
-        queues = peer_queues(await read_offers(self.client, now), self.queue, self.rows(), self.caps)
+        offers = await read_offers(self.client, now)
+        offering = {host for queue, _ in offers if (host := worker_of_queue(queue)) is not None}
+        queues = peer_queues(offers, self.queue, await read_peers(self.client, offering, self.caps, now))
         candidates = [job for job in await read_waiting(self.client, queues) if self._serves(job)]
         return sorted(candidates, key=lambda job: job.enqueued_ms)
 

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from pi_dispatch.core.capabilities import is_live
 from pi_dispatch.core.errors import ConfigError
-from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
-from pi_dispatch.fleet.snapshot import FleetView, fleet_view
+from pi_dispatch.fleet.registry import LiveHosts
+from pi_dispatch.fleet.snapshot import FleetView, compact_registry, fleet_view
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import bounded, describe
@@ -129,7 +129,7 @@ class CronSchedules:
             view = await fleet_view(self.client)
             live = view.live if isinstance(view, FleetView) else view
         else:
-            live = await read_live_hosts(self.client)
+            live = await compact_registry(self.client)
         if not isinstance(live, LiveHosts):
             return None  # not knowing whether anyone disagrees is not knowing that someone does
         peers = [host for host in live.hosts if is_live(host) and host.get("name") != self.me]

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
-from pi_dispatch.core.capabilities import is_live
 from pi_dispatch.core.errors import ExitStatus
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
 from pi_dispatch.fleet.hosts import FleetHost, heartbeat_row
@@ -30,7 +29,6 @@ from pi_dispatch.fleet.liveness import CONSUMER_STUCK_S, IDLE_POLL_S, progress_f
 from pi_dispatch.fleet.mirror import RunMirror, mirror_window_ms
 from pi_dispatch.fleet.registry import HostRegistry, beating
 from pi_dispatch.fleet.rehome import Rehomer
-from pi_dispatch.fleet.snapshot import FleetView, fleet_view
 from pi_dispatch.fleet.steal import Stealer
 from pi_dispatch.fleet.storereset import EpochWatch
 from pi_dispatch.infra.clock import host_zone, wall_ms
@@ -89,7 +87,6 @@ class Worker:
         self.name = self.settings.worker_name
         self.queues = [SHARED_QUEUE] + ([host_queue_name(self.name)] if self.settings.worker_name_declared else [])
         self.bullmq_workers: list[Any] = []
-        self.rows: list[dict[str, object]] | None = None  # the live rows the last beat read (for stealing)
 
     @property
     def running(self) -> dict[str, Any]:
@@ -273,7 +270,6 @@ class Worker:
                 self.attempts.capabilities,
                 self.attempts.refuses,
                 self.now,
-                lambda: self.rows,
             )
         own_first = list(reversed(self.bullmq_workers))
         self.pickup = Pickup(
@@ -330,13 +326,11 @@ class Worker:
             if self.pickup.stealer is not None:
                 with contextlib.suppress(Exception):  # an outage offers nothing; the next beat says it again
                     await self.pickup.stealer.offer()
-            view = await fleet_view(self.client, now=self.now)  # one GET: the fleet's snapshot of the registry
-            if isinstance(view, FleetView):
-                self.rows = view.live.hosts
-                alive = {str(host["name"]) for host in view.live.hosts if is_live(host)}
-                confirm = partial(beating, self.client, now_ms=self.now())  # the snapshot may lag a new peer
-                if removed := await self.runtime.sweep_orphans(alive, confirm):
-                    self.log("orphans_removed", {"count": removed})
+            # A container of another host's is an orphan when that host's own row says it is not live: asked of the
+            # few hosts such containers name, never of the whole registry (a beat's cost stays flat with the fleet).
+            confirm = partial(beating, self.client, now_ms=self.now())
+            if removed := await self.runtime.sweep_orphans(set(), confirm):
+                self.log("orphans_removed", {"count": removed})
 
     async def _drain(self) -> None:
         """Take nothing new; let running containers finish within the grace, then stop them and put their jobs back."""

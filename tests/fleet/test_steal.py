@@ -11,7 +11,9 @@ from bullmq import Queue
 from bullmq import Worker as BullWorker
 
 from pi_dispatch.core.keys import STEAL_OFFERS, bull_key
+from pi_dispatch.fleet.control import Drain, request_drain
 from pi_dispatch.fleet.moves import NOT_WAITING, ROUTED_FIELD, STOLEN_ALREADY, JobMover
+from pi_dispatch.fleet.registry import HostRegistry
 from pi_dispatch.fleet.steal import Stealer, offer, read_waiting
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.valkey import connect
@@ -24,8 +26,14 @@ BUSY, IDLE, THIRD = "pi-jobs@busy", "pi-jobs@idle", "pi-jobs@third"
 
 @pytest.fixture
 async def queues(valkey_url: str, client: aioredis.Redis) -> AsyncIterator[dict[str, Queue]]:
+    """The three hosts' queues, and the busy and third hosts' rows, live with `s:prod` (a steal reads its peers')."""
+    peers = [HostRegistry(client, name) for name in ("busy", "third")]
+    for peer in peers:
+        await peer.start({"routes": "true", "caps": "s:prod"})
     async with open_queues(valkey_url, (BUSY, IDLE, THIRD)) as opened:
         yield opened
+    for peer in peers:
+        await peer.close()
 
 
 def stealer(client: aioredis.Redis, name: str, *, after_ms: int = 0) -> Stealer:
@@ -145,13 +153,23 @@ async def test_a_steal_waits_for_the_delay_and_only_live_peers_are_offered(
     patient = stealer(client, "idle", after_ms=60_000)
     [fresh] = await patient.find()
     assert not patient.stealable(fresh)
-    silent = [{"name": "busy", "caps": "s:prod", "staleMs": 90_000}]
-    gone = Stealer(client, "idle", 0, frozenset({"s:prod"}), lambda _: False, wall_ms, rows=lambda: silent)
-    assert await gone.find() == []  # a silent peer's queue is re-homing's, not a steal's
-    other = [{"name": "busy", "caps": "s:ops", "staleMs": 0}]
-    unrelated = Stealer(client, "idle", 0, frozenset({"s:prod"}), lambda _: False, wall_ms, rows=lambda: other)
-    assert await unrelated.find() == []  # a peer sharing no capability holds nothing this host could run
-    live = [{"name": "busy", "caps": "s:prod", "staleMs": 0}]
-    capable = Stealer(client, "idle", 0, frozenset({"s:prod"}), lambda _: False, wall_ms, rows=lambda: live)
-    assert [job.job_id for job in await capable.find()] == ["fresh"]
+    idle = Stealer(client, "idle", 0, frozenset({"s:prod"}), lambda _: False, wall_ms)
+
+    async def busy_row(caps: str, beat_ms: int) -> None:  # the offering peer's own row, as its beat writes it
+        await client.delete("host:h:busy")
+        await client.hset(
+            "host:h:busy", mapping={"name": "busy", "beatAt": str(beat_ms), "routes": "true", "caps": caps}
+        )
+
+    await client.delete("host:h:busy")
+    assert await idle.find() == []  # no row at all: a host that never beat, or is gone
+    await busy_row("s:prod", wall_ms() - 90_000)
+    assert await idle.find() == []  # a silent peer's queue is re-homing's, not a steal's
+    await busy_row("s:ops", wall_ms())
+    assert await idle.find() == []  # a peer sharing no capability holds nothing this host could run
+    await busy_row("s:prod", wall_ms())
+    await request_drain(client, "busy", Drain(wall_ms()))
+    assert await idle.find() == []  # a drained peer's waiting jobs move anyway, from the moment it is drained
+    await request_drain(client, "busy", None)
+    assert [job.job_id for job in await idle.find()] == ["fresh"]
     assert [job.job_id for job in await read_waiting(client, [BUSY])] == ["fresh"]
