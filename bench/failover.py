@@ -10,6 +10,8 @@ the Sentinels. Signed GitHub deliveries flow at a steady rate before, during and
   failover  a manual failover (SENTINEL FAILOVER) with the old primary still reachable by every client
   cut       the primary cut off from its replicas and Sentinels (an iptables rule), still reachable by clients,
             and joined back once another is promoted
+  freeze    the primary SIGSTOPped for 10 s: promoted away meanwhile, it wakes still taking writes (a worker's take
+            of a job the new primary gave another) until the Sentinels demote it
 
 One line per scenario and round:
 
@@ -20,7 +22,7 @@ until each worker starts a job container again (the larger of the two; a backlog
 does not start one is idle). `refusals`: from the receiver's first non-202
 to its last. The goal: 0 lost and 0 run twice in every scenario, a gap of 5 s or less (the median over rounds).
 
-    python bench/failover.py [--rounds 3] [--only kill failover cut] [--rate 5]
+    python bench/failover.py [--rounds 3] [--only kill failover cut freeze] [--rate 5]
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -230,22 +230,69 @@ class ReplicaCount:
         if self._sentinel is None:
             self._sentinel = self.store._sentinel(OP_TIMEOUT_S)
         name = self.store.primary_name
-        for watcher in self._sentinel.sentinels:
-            try:
-                address = await watcher.execute_command(  # type: ignore[no-untyped-call]
-                    "SENTINEL", "GET-MASTER-ADDR-BY-NAME", name
-                )
-                listed = await watcher.execute_command("SENTINEL", "REPLICAS", name)  # type: ignore[no-untyped-call]
-            except redis_errors.RedisError:
-                continue
+        answered = await _first_answer(
+            self._sentinel, ("SENTINEL", "GET-MASTER-ADDR-BY-NAME", name), ("SENTINEL", "REPLICAS", name)
+        )
+        if answered is not None:
+            address, listed = answered
             self._primary = _address(address)
             self._known = max(1, sum(1 for entry in listed if _replica_up(entry)))
-            return
 
     async def close(self) -> None:
         if self._sentinel is not None:
             for watcher in self._sentinel.sentinels:
                 await watcher.aclose()
+
+
+@dataclass
+class PrimaryCheck:
+    """Whether a key holds a value on the node the Sentinels name primary now: what a worker asks of a job's lock
+    after taking it, before it spends anything on it.
+
+    A primary frozen long enough to be replaced may wake and serve a take of a job the new primary has already given
+    to another worker, until the Sentinels demote it (seconds later). Its lock is on the old primary only: read on the
+    node the Sentinels name, it is another's or absent. A Sentinel is asked each time (a cached answer is the window
+    this closes), and the named node through a connection of its own to that address."""
+
+    store: StoreAddress
+    _sentinel: Sentinel | None = None
+    _nodes: dict[tuple[str, int], aioredis.Redis] = field(default_factory=dict)
+
+    async def holds(self, key: str, value: str) -> bool:
+        """True when the named primary holds `value` at `key`; False when it holds anything else, or when no Sentinel
+        names one or the named node does not answer (what cannot be confirmed is not)."""
+        if self._sentinel is None:
+            self._sentinel = self.store._sentinel(OP_TIMEOUT_S)
+        answered = await _first_answer(self._sentinel, ("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.store.primary_name))
+        primary = _address(answered[0]) if answered is not None else None
+        if primary is None:
+            return False
+        node = self._nodes.get(primary)
+        if node is None:
+            address = f"redis://{primary[0]}:{primary[1]}/{database_of(self.store.url)}"
+            node = self._nodes[primary] = connect(address, self.store.password, OP_TIMEOUT_S)
+        try:
+            found = await node.get(key)
+        except redis_errors.RedisError:
+            return False
+        return found is not None and reply_text(found) == value
+
+    async def close(self) -> None:
+        for node in self._nodes.values():
+            await node.aclose()
+        if self._sentinel is not None:
+            for watcher in self._sentinel.sentinels:
+                await watcher.aclose()
+
+
+async def _first_answer(sentinel: Sentinel, *commands: tuple[str, ...]) -> list[Any] | None:
+    """The replies of the first Sentinel that answers every command; None when none does."""
+    for watcher in sentinel.sentinels:
+        try:
+            return [await watcher.execute_command(*command) for command in commands]  # type: ignore[no-untyped-call]
+        except redis_errors.RedisError:
+            continue
+    return None
 
 
 def _address(reply: Any) -> tuple[str, int] | None:

@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,7 +35,8 @@ from pi_dispatch.receiver.auth import hub_signature
 from pi_dispatch.testing.fleetprocs import Fleet, Overlaps
 from pi_dispatch.testing.replicated import ReplicatedStore
 
-SCENARIOS = ("kill", "failover", "cut")
+SCENARIOS = ("kill", "failover", "cut", "freeze")
+FREEZE_S = 10.0  # a frozen primary wakes after the promotion, before the Sentinels demote it
 SECRET = b"bench-webhook-secret"
 TRIGGERS = {"triggers": [{"on": {"type": "label", "any": ["pi:fix"]}, "run": {"kind": "github", "flow": "fix"}}]}
 WARM_S = 4.0  # deliveries before the fault
@@ -182,6 +184,9 @@ async def fault(scenario: str, store: ReplicatedStore) -> tuple[float, float]:
         store.kill(old)
     elif scenario == "failover":
         store.failover()
+    elif scenario == "freeze":
+        assert old.process is not None
+        old.process.send_signal(signal.SIGSTOP)
     else:
         store.cut_off(old)
     while True:
@@ -195,6 +200,10 @@ async def fault(scenario: str, store: ReplicatedStore) -> tuple[float, float]:
     if scenario == "cut":
         await asyncio.sleep(3)  # clients go on reaching the cut-off primary for a while
         store.heal()  # and then it rejoins, to be demoted by the Sentinels
+    if scenario == "freeze":  # it wakes still taking writes as the primary, until the Sentinels demote it
+        await asyncio.sleep(max(0.0, began + FREEZE_S - time.monotonic()))
+        assert old.process is not None
+        old.process.send_signal(signal.SIGCONT)
     return began, promoted
 
 

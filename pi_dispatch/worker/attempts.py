@@ -20,15 +20,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from redis.exceptions import RedisError
+
 from pi_dispatch.core.capabilities import capability_tokens, job_needs
 from pi_dispatch.core.jobbounds import job_refusal
 from pi_dispatch.core.jobs import CONTAINER_VARIABLES, QueuedJob
 from pi_dispatch.core.jscompat import iso_string
+from pi_dispatch.core.keys import bull_key
 from pi_dispatch.core.names import IMAGE_REFERENCE_RE
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.core.records import build_record
 from pi_dispatch.fleet.control import cancelled_of
 from pi_dispatch.infra.events import EventLog
+from pi_dispatch.infra.store import PrimaryCheck
 from pi_dispatch.worker.containers import (
     STOP_GRACE_S,
     ContainerRuntime,
@@ -43,7 +47,7 @@ from pi_dispatch.worker.hosthealth import HostHealth, unwritable
 from pi_dispatch.worker.jobdirs import write_job_dir
 from pi_dispatch.worker.metrics import WorkerMetrics
 from pi_dispatch.worker.oneshot import OneShots
-from pi_dispatch.worker.outcomes import JobFailure, PutBack, container_result
+from pi_dispatch.worker.outcomes import JobFailure, PutBack, TakeUnconfirmed, container_result
 from pi_dispatch.worker.output import Outputs, RunningOutput
 from pi_dispatch.worker.scripts import InfraRetry, Refusal
 from pi_dispatch.worker.secrets import SecretsGate
@@ -87,6 +91,7 @@ class Attempts:
     health: HostHealth | None = None  # marked unhealthy by a cause on the host's side (the job is put back)
     started: set[str] = field(default_factory=set)  # job ids whose attempt is under way here, gates included
     cancelled: set[str] = field(default_factory=set)  # job ids an operator cancelled while they were here
+    primary: PrimaryCheck | None = None  # a replicated store: a take counts once the named primary holds its lock
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -115,6 +120,11 @@ class Attempts:
         except DelayedError:  # held by its wait conditions, already moved to delayed
             self.log("job_held", {"jobId": str(job.id), "queue": queue})
             raise
+        except TakeUnconfirmed:  # its lock is on a node that is no longer primary: another may hold the job there
+            self.log("job_take_unconfirmed", {"jobId": job_id, "queue": queue})
+            with contextlib.suppress(TypeError, RedisError):  # BullMQ's lock refusal, or the old node gone
+                await job.moveToDelayed(self.now(), token)
+            raise DelayedError() from None
         except PutBack:
             await job.moveToDelayed(self.now(), token)
             self.log("job_put_back", {"jobId": str(job.id), "queue": queue})
@@ -186,6 +196,8 @@ class Attempts:
             self.one_shots.spend(facts["job_id"], data, self.now())  # spent without one
 
     async def _attempt(self, job: QueuedJob, token: str, queue: str, data: Mapping[str, Any]) -> dict[str, object]:
+        if self.primary is not None and not await self.primary.holds(bull_key(queue, f"{job.id}:lock"), token):
+            raise TakeUnconfirmed  # before any gate: nothing is spent on a take the store may not keep
         await self._unless_cancelled(str(job.id), ask_store=True)
         if bound := job_refusal(job.data):
             return self._refused(job, Refusal(bound))

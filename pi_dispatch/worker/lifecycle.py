@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
+from redis.exceptions import RedisError
+
 from pi_dispatch.core.errors import ExitStatus
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
 from pi_dispatch.fleet.hosts import FleetHost, heartbeat_row
@@ -34,7 +36,7 @@ from pi_dispatch.fleet.storereset import EpochWatch
 from pi_dispatch.infra.clock import host_zone, wall_ms
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.sdnotify import feed_watchdog, notify, watchdog_interval_s
-from pi_dispatch.infra.store import StoreAddress, store_of
+from pi_dispatch.infra.store import PrimaryCheck, StoreAddress, store_of
 from pi_dispatch.infra.valkey import bounded, describe
 from pi_dispatch.triggers.file import Trigger
 from pi_dispatch.triggers.schedules import load_cron
@@ -87,6 +89,7 @@ class Worker:
         self.name = self.settings.worker_name
         self.queues = [SHARED_QUEUE] + ([host_queue_name(self.name)] if self.settings.worker_name_declared else [])
         self.bullmq_workers: list[Any] = []
+        self.primary: PrimaryCheck | None = None  # a replicated store's check of each take (`_assemble`)
 
     @property
     def running(self) -> dict[str, Any]:
@@ -148,6 +151,7 @@ class Worker:
         self.recorder = RunRecorder(settings.logs_dir, mirror, self.log, attempts=history, host=self.name)
         wait_gate = WaitGate(settings, self.client, self.now, self.jitter, self.log)
         self.attempts = Attempts(settings, self.runtime, self.client, self.recorder, wait_gate, self.now, self.log)
+        self.primary = self.attempts.primary = PrimaryCheck(store) if store.replicated else None  # plain: no cost
         self.attempts.metrics = self.metrics
         self.attempts.one_shots = OneShots(settings.triggers_file, self.log)
         self.health = HostHealth(settings.jobs_dir, settings.logs_dir, settings.job_image, self.runtime, self.log)
@@ -243,6 +247,9 @@ class Worker:
 
     async def _end(self, fault: str | None) -> int:
         self.metrics.close()
+        if self.primary is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await self.primary.close()
         with contextlib.suppress(Exception):
             await bounded(self.client.aclose(), 2)
         self.runtime.close()

@@ -26,6 +26,11 @@ class PutBack(Exception):
     """The job goes back on its queue untouched: the worker is draining."""
 
 
+class TakeUnconfirmed(PutBack):
+    """The job's take is not on the node the Sentinels name primary (`infra/store.PrimaryCheck`): it is not run, and
+    given back unspent where it was taken if that node still takes the write."""
+
+
 def container_result(end: ContainerEnd) -> dict[str, object]:
     """The job's result from how its container ended, or the JobFailure / PutBack it ends as instead."""
     if end.aborted:

@@ -15,6 +15,7 @@ from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, NotReplicated
 from pi_dispatch.infra.store import (
     DEFAULT_PRIMARY_NAME,
     NotPrimary,
+    PrimaryCheck,
     ReplicaCount,
     StoreAddress,
     database_of,
@@ -176,6 +177,40 @@ async def test_a_write_to_a_primary_the_sentinels_no_longer_name_is_not_acknowle
                 await enqueuer.enqueue_forge_job("github", forge_job(3))
         finally:
             await enqueuer.close()
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_a_take_counts_only_where_the_sentinels_name_the_primary() -> None:
+    """A worker's take of a job on a primary that has been replaced (frozen, then woken before it is demoted) is
+    not confirmed: its lock is read on the node the Sentinels name, which another worker's take holds."""
+    lock = "bull:pi-jobs:gh-d-1:lock"
+    with ReplicatedStore() as store:
+        check = PrimaryCheck(store.address())
+        old = store.primary()
+        try:
+            first = store._data_client(old)
+            first.set(lock, "token-of-w2")
+            store.wait_settled()
+            assert await check.holds(lock, "token-of-w2") and not await check.holds(lock, "token-of-w1")
+            named = next(node for node in store.data if node is not old)
+            promoted = store._data_client(named)
+            promoted.execute_command("REPLICAOF", "NO", "ONE")  # promoted: what the old primary takes is its own
+            for watcher in store.watchers:
+                store._ask(watcher, "REMOVE", PRIMARY_NAME)
+                store._ask(watcher, "MONITOR", PRIMARY_NAME, "127.0.0.1", str(named.port), "2")
+            first.set(lock, "token-of-w1")  # the woken old primary serves w1's take of the same job
+            assert not await check.holds(lock, "token-of-w1")  # not where the Sentinels name the primary
+            assert await check.holds(lock, "token-of-w2")
+            first.close()
+            promoted.close()
+        finally:
+            await check.close()
+        for watcher in store.watchers:
+            store._ask(watcher, "REMOVE", PRIMARY_NAME)
+        unnamed = PrimaryCheck(store.address())
+        assert not await unnamed.holds(lock, "token-of-w2")  # no primary named: not confirmed
+        await unnamed.close()
 
 
 @pytest.mark.redis

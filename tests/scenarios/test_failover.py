@@ -1,10 +1,12 @@
-"""The replicated store's failover proof, one round of the `kill` scenario that `bench/failover.py` runs in all three
-(`python bench/failover.py --rounds 3`; `pytest -m bench` here runs one round of the other two): three real
-redis-server, three Sentinels, two real workers on the machine's Docker, the receiver in its own process, deliveries
-flowing while the primary is SIGKILLed. No acknowledged delivery lost, no job run twice at once, no record missing.
+"""The replicated store's failover proof, one round of the `kill` scenario that `bench/failover.py` runs in all four
+(`python bench/failover.py --rounds 3`; `pytest -m bench` here runs one round of each of the other three, `freeze`
+among them: the primary SIGSTOPped past its promotion, then woken): three real redis-server, three Sentinels, two
+real workers on the machine's Docker, the receiver in its own process, deliveries flowing while the primary is
+SIGKILLed. No acknowledged delivery lost, no job run twice at once, no record missing.
 
-The other two scenarios' own mechanics are proven without the load: the count that confirms a write after a manual
-failover and after a cut-off (`tests/infra/test_store.py`), and the Sentinels' promotion in each
+The other scenarios' own mechanics are proven without the load: the count that confirms a write after a manual
+failover and after a cut-off, a take confirmed only where the Sentinels name the primary (`tests/infra/test_store.py`),
+and the Sentinels' promotion in each
 (`tests/infra/test_store.py`, `pi_dispatch.testing.replicated`)."""
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pi_dispatch.testing.failover import one_round
 @pytest.mark.timeout(600)  # a round takes about a minute; its own waits are bounded, this is for a hang
 @pytest.mark.parametrize(
     "scenario",
-    ["kill", pytest.param("failover", marks=pytest.mark.bench), pytest.param("cut", marks=pytest.mark.bench)],
+    ["kill", *(pytest.param(scenario, marks=pytest.mark.bench) for scenario in ("failover", "cut", "freeze"))],
 )
 async def test_a_failover_loses_no_acknowledged_delivery_and_runs_no_job_twice_at_once(
     scenario: str, job_image: str
