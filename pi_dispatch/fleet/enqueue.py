@@ -47,7 +47,7 @@ class NotReplicated(ConnectionError):
 
 
 HostsReader = Callable[[], Awaitable[list[dict[str, object]]]]
-DrainsReader = Callable[[], Awaitable[frozenset[str]]]
+DrainsReader = Callable[[], Awaitable[frozenset[str] | None]]
 
 
 def registry_reader(client: Any) -> HostsReader:
@@ -148,7 +148,7 @@ class ForgeRouter:
         except Exception as error:  # the view as read stays; the next decision past the TTL tries again
             self.log("routing_drains_unread", {"reason": describe(error)})
             return table
-        if drained != self._drained:
+        if drained is not None and drained != self._drained:  # None: no drain set to go by, the rows' word stands
             self._drained = drained
             self._table = RouteTable.from_hosts(with_drains(self._hosts, drained))
         return self._table

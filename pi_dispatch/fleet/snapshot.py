@@ -116,10 +116,12 @@ async def fleet_view(
         pipe = client.pipeline(transaction=False)
         pipe.get(HOST_SNAPSHOT)
         pipe.smembers(DRAINED_HOSTS)
-        raw, members = await bounded(pipe.execute(), timeout_s)
+        raw, members = await bounded(pipe.execute(raise_on_error=False), timeout_s)
     except Exception as error:
         return Unreachable(describe(error))
-    drained = drained_names(members)
+    if isinstance(raw, BaseException):
+        return Unreachable(describe(raw))
+    drained = drained_names(members)  # a drain set that is no set (hand-written): the rows' own word stands
     parsed = parse_snapshot(raw, now())
     if parsed is not None and parsed[1] < refresh_after_ms:
         return FleetView(_drained(parsed[0], drained), parsed[1], direct=False)
@@ -137,16 +139,20 @@ async def fleet_view(
     return FleetView(_drained(live, drained), 0, direct=True)
 
 
-def drained_names(members: object) -> frozenset[str]:
-    """The names in `control:drained` as read (a reply of any other shape names none)."""
+def drained_names(members: object) -> frozenset[str] | None:
+    """The names in `control:drained` as read; None for a reply of any other shape (an error among them): then each
+    row's own `draining` is all there is to go by."""
     if not isinstance(members, set | list):
-        return frozenset()
+        return None
     return frozenset(m.decode("utf-8", "replace") if isinstance(m, bytes) else str(m) for m in members)
 
 
-async def read_drained(client: aioredis.Redis, timeout_s: float = OP_TIMEOUT_S) -> frozenset[str]:
+async def read_drained(client: aioredis.Redis, timeout_s: float = OP_TIMEOUT_S) -> frozenset[str] | None:
     """The hosts the operator drains now, in one round trip (the store's errors are raised)."""
-    return drained_names(await bounded(client.smembers(DRAINED_HOSTS), timeout_s))
+    pipe = client.pipeline(transaction=False)
+    pipe.smembers(DRAINED_HOSTS)
+    (members,) = await bounded(pipe.execute(raise_on_error=False), timeout_s)
+    return drained_names(members)
 
 
 async def compact_registry(
@@ -168,5 +174,5 @@ async def registry_now(client: aioredis.Redis, timeout_s: float = OP_TIMEOUT_S) 
         return Unreachable(describe(error))
 
 
-def _drained(live: LiveHosts, drained: frozenset[str]) -> LiveHosts:
-    return LiveHosts(with_drains(live.hosts, drained), live.invalid, live.ghosts)
+def _drained(live: LiveHosts, drained: frozenset[str] | None) -> LiveHosts:
+    return live if drained is None else LiveHosts(with_drains(live.hosts, drained), live.invalid, live.ghosts)

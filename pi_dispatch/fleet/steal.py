@@ -148,14 +148,17 @@ async def read_peers(
     for name in listed:
         pipe.hmget(host_row_key(name), list(SNAPSHOT_FIELDS))
     pipe.smembers(DRAINED_HOSTS)
-    *replies, members = await bounded(pipe.execute(), OP_TIMEOUT_S)
+    *replies, members = await bounded(pipe.execute(raise_on_error=False), OP_TIMEOUT_S)
     rows: list[dict[str, object]] = []
     for name, reply in zip(listed, replies, strict=True):
+        if not isinstance(reply, list):  # a row that is no hash: never stolen from
+            continue
         row = {key: reply_text(value) for key, value in zip(SNAPSHOT_FIELDS, reply, strict=True) if value is not None}
         read = host_from_row(name, row, now_ms) if row else None
         if isinstance(read, dict):
             rows.append(read)
-    return steal_peers(with_drains(rows, drained_names(members)), caps)
+    drained = drained_names(members)
+    return steal_peers(rows if drained is None else with_drains(rows, drained), caps)
 
 
 @dataclass

@@ -7,9 +7,9 @@ import json
 import pytest
 import redis.asyncio as aioredis
 
-from pi_dispatch.core.keys import HOST_SNAPSHOT, HOST_SNAPSHOT_LEASE, REHOME_SILENT
+from pi_dispatch.core.keys import DRAINED_HOSTS, HOST_SNAPSHOT, HOST_SNAPSHOT_LEASE, REHOME_SILENT
 from pi_dispatch.fleet.registry import HostRegistry
-from pi_dispatch.fleet.snapshot import MAX_AGE_MS, FleetView, fleet_view, parse_snapshot
+from pi_dispatch.fleet.snapshot import MAX_AGE_MS, FleetView, fleet_view, parse_snapshot, read_drained
 
 pytestmark = [pytest.mark.redis]
 NOW = 1_800_000_000_000
@@ -82,3 +82,13 @@ def test_hostile_rows_in_a_snapshot_are_refused_as_a_direct_read_refuses_them() 
     live, age = parsed
     assert [host["name"] for host in live.hosts] == ["ok"] and age == 10
     assert [row.member for row in live.invalid] == ["../x"]
+
+
+async def test_a_drain_set_that_is_no_set_leaves_the_rows_word_and_routing_goes_on(client: aioredis.Redis) -> None:
+    registry = HostRegistry(client, "mini1", now=lambda: NOW)
+    await registry.start({"routes": "true", "caps": "", "draining": "true"})
+    await client.set(DRAINED_HOSTS, "written by hand")  # WRONGTYPE for every set command
+    view = await fleet_view(client, now=lambda: NOW + 1_000)
+    assert isinstance(view, FleetView) and [row["draining"] for row in view.live.hosts] == ["true"]
+    assert await read_drained(client) is None
+    await registry.close()
