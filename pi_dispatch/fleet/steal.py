@@ -4,7 +4,8 @@ waiting on a live peer's own queue that it can serve, so no capable slot idles w
 Routing at enqueue stays the reference's decision; stealing corrects it afterwards. A host with work waiting on
 its own queue says so in `steal:offers` (this port's own key: a sorted set of host queues, scored by when the
 backlog was first seen), from its beat and whenever its slots fill; an idle host reads the offers older than the
-stealing delay (one round trip), the oldest few job ids of each (one more), their fields (one more), and moves
+stealing delay (one round trip), the offering hosts' own rows and the drains (one more: a silent, drained or
+unrelated peer is passed over), the oldest few job ids of each (one more), their fields (one more), and moves
 the first it can serve with the re-homing script in its steal mode: only a waiting job (never one its host has
 taken, never a held one), once per wait, never a local job or a cron run bound to its host.
 """
