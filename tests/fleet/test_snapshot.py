@@ -7,6 +7,7 @@ import json
 import pytest
 import redis.asyncio as aioredis
 
+from pi_dispatch.core.capabilities import RouteTable
 from pi_dispatch.core.keys import DRAINED_HOSTS, HOST_SNAPSHOT, HOST_SNAPSHOT_LEASE, REHOME_SILENT
 from pi_dispatch.fleet.registry import HostRegistry
 from pi_dispatch.fleet.snapshot import MAX_AGE_MS, FleetView, fleet_view, parse_snapshot, read_drained
@@ -92,3 +93,20 @@ async def test_a_drain_set_that_is_no_set_leaves_the_rows_word_and_routing_goes_
     assert isinstance(view, FleetView) and [row["draining"] for row in view.live.hosts] == ["true"]
     assert await read_drained(client) is None
     await registry.close()
+
+
+async def test_a_snapshot_carries_why_a_host_is_unhealthy_so_routers_reading_it_leave_the_host_out(
+    client: aioredis.Redis,
+) -> None:
+    hosts = [HostRegistry(client, name, now=lambda: NOW) for name in ("sick", "well", "other")]
+    for host in hosts:
+        caps = "" if host.name == "other" else "s:prod"
+        unhealthy = "PI_JOBS_DIR is not writable (EROFS)" if host.name == "sick" else ""
+        await host.start({"routes": "true", "caps": caps, "unhealthy": unhealthy})
+    assert isinstance(await fleet_view(client, now=lambda: NOW + 1_000), FleetView)  # published
+    read = await fleet_view(client, now=lambda: NOW + 2_000)
+    assert isinstance(read, FleetView) and not read.direct
+    table = RouteTable.from_hosts(read.live.hosts)
+    assert {table.route(["s:prod"], f"gh-d-{number}") for number in range(20)} == {"well"}
+    for host in hosts:
+        await host.close()
