@@ -161,37 +161,21 @@ def _pick(routable: Sequence[str], job_id: object) -> str:
 
 
 def route_forge_job(hosts: object, needs: object, job_id: object, *, fresh_ms: float = ROUTE_FRESH_MS) -> str | None:
-    """The host whose queue this job belongs on, or None for the shared queue.
+    """The host whose queue this job belongs on, or None for the shared queue: the reference's `routeForgeJob`.
 
     Four abstentions keep the shared queue: the job needs nothing; every live host can serve it; no
     live host can; or no capable host drains a queue of its own. Otherwise the capable routable hosts,
     sorted, are indexed by FNV-1a of the job id, so a redelivery lands where the first delivery did.
+    One decision, written once: the router's `RouteTable` over these hosts.
     """
-    if not isinstance(needs, list) or not needs:
-        return None
-    if not isinstance(hosts, list) or not hosts:
-        return None
-    live = [host for host in hosts if is_live(host, fresh_ms)]
-    if not live:
-        return None
-    capable = [host for host in live if _serves(serving_caps(host), needs)]
-    if not capable or len(capable) == len(live):
-        return None
-    routable = js_sorted(name for name in map(_routable_name, capable) if name is not None)
-    return _pick(routable, job_id) if routable else None
-
-
-def _serves(caps: set[str], needs: Sequence[object]) -> bool:
-    return all(isinstance(need, str) and need in caps for need in needs)
+    return RouteTable.from_hosts(hosts, fresh_ms=fresh_ms).route(needs, job_id)
 
 
 @dataclass
 class RouteTable:
-    """One registry snapshot, parsed once, answering many routing decisions.
-
-    Equal to `route_forge_job` over the same hosts for every `needs` and job id; it only moves the
-    per-host work (freshness, caps parsing, routability) out of the per-job path and memoises the
-    routable list per distinct needs.
+    """One registry snapshot, parsed once, answering many routing decisions: the routing decision itself, which
+    `route_forge_job` and `explain_route` ask too. The per-host work (freshness, caps parsing, routability) is done
+    once per snapshot, and the routable list memoised per distinct needs.
     """
 
     live_caps: list[tuple[frozenset[str], str | None]]
@@ -283,9 +267,16 @@ ABSTAIN_NOT_ROUTABLE: Final = "no capable host drains a queue of its own (or the
 def explain_route(
     hosts: Sequence[Host], job: object, job_id: object, *, fresh_ms: float = ROUTE_FRESH_MS
 ) -> RouteExplanation:
-    """The decision `route_forge_job` makes for this job, with the reason for every host."""
-    needs = job_needs(job)
-    chosen = route_forge_job(list(hosts), needs, job_id, fresh_ms=fresh_ms)
+    """The decision the router makes for this job, with the reason for every host."""
+    return explain_needs(hosts, job_needs(job), job_id, fresh_ms=fresh_ms)
+
+
+def explain_needs(
+    hosts: Sequence[Host], needs: list[str], job_id: object, *, fresh_ms: float = ROUTE_FRESH_MS
+) -> RouteExplanation:
+    """`explain_route` for needs already read: the choice is the router's own (`RouteTable.route`, the one
+    decision); only the reasons are derived beside it."""
+    chosen = RouteTable.from_hosts(list(hosts), fresh_ms=fresh_ms).route(needs, job_id)
     verdicts = []
     live_count = capable_count = 0
     for host in hosts:

@@ -243,6 +243,17 @@ def _route(args: dict[str, Any]) -> Any:
     return capabilities.route_forge_job(get(options, "hosts"), get(options, "needs"), get(options, "jobId"), **kwargs)
 
 
+def _explained(args: dict[str, Any]) -> Any:
+    """The host `explain_route` names for a routing case of the shapes an operator's command meets (a list of
+    hosts, needs that are names); None for the other cases."""
+    options = args["options"]
+    hosts, needs, fresh = get(options, "hosts"), get(options, "needs"), get(options, "freshMs")
+    if not isinstance(hosts, list) or not isinstance(needs, list) or not all(isinstance(n, str) for n in needs):
+        return None
+    kwargs = {} if fresh is MISSING else {"fresh_ms": fresh}
+    return capabilities.explain_needs(hosts, needs, get(options, "jobId"), **kwargs).host
+
+
 def _merge(args: dict[str, Any]) -> Any:
     limit = get(args.get("options"), "limit")
     return mirror.merge_runs(args["local"], args["mirrored"], **({} if limit is MISSING else {"limit": limit}))
@@ -278,11 +289,17 @@ def test_python_matches_the_seed(seed_diff: Path, tmp_path: Path) -> None:
     python_cases = json.loads(json.dumps(cases))
     answers = run_seed(node, modules, tmp_path, cases)
     mismatches = []
+    explained = 0
     for (fn, args), answer in zip(python_cases, answers, strict=True):
         assert "threw" not in answer, f"the seed threw on {fn} {args}: {answer}"
         mine = PYTHON[fn](args)
         if canonical(mine) != canonical(answer["ok"]):
             mismatches.append((fn, args, answer["ok"], mine))
+        if fn == "routeForgeJob" and (explanation := _explained(args)) is not None:
+            explained += 1  # `route` and `job` tell the operator the decision the router takes, case for case
+            if canonical(explanation) != canonical(answer["ok"]):
+                mismatches.append(("explain_route", args, answer["ok"], explanation))
+    assert explained >= 100, explained  # 176 of the 2,500 routing cases are of those shapes (the seed is fixed)
     by_function: dict[str, int] = {}
     for fn, *_ in mismatches:
         by_function[fn] = by_function.get(fn, 0) + 1
