@@ -106,6 +106,12 @@ class GuardedConsumer(Worker):  # type: ignore[misc]  # bullmq is untyped
         await job.moveToFailed(UnrecoverableError(f"{reason}: the job's stored data {why}"), token)
         self.on_unreadable(job, reason)
 
+    async def drop_connections(self) -> None:
+        """Close this consumer's connections outright, for a close BullMQ could not finish (the store gone while a
+        job's last write retries): its sockets go with the worker rather than with the collector, whenever."""
+        if not self.closed:
+            await self.backend.close(force=True)
+
     async def wait_for_markers(self, markers: list[str], timeout_s: float) -> Any:
         """One blocking pop on several queues' wake-up markers (this consumer's blocking connection), timed
         for liveness as BullMQ's own wait is."""

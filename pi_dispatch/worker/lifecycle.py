@@ -361,6 +361,9 @@ class Worker:
                 forcing = [asyncio.ensure_future(bull.close(force=True)) for bull in self.bullmq_workers]
                 _, pending = await asyncio.wait([*pending, *forcing], timeout=STOP_GRACE_S)
                 self.log("consumers_forced_closed", {"left": len(pending)})
+                for bull in self.bullmq_workers:
+                    with contextlib.suppress(RedisError, OSError, TimeoutError):
+                        await bounded(bull.drop_connections(), STOP_GRACE_S)
 
     async def _sweep_forever(self) -> None:
         while True:
