@@ -30,6 +30,9 @@ NOBODY: Final = 65534
 PRIMARY_NAME: Final = "pi-dispatch"
 DOWN_AFTER_MS: Final = 1_000  # how long a silent primary is given before the Sentinels vote: loopback is quick
 FAILOVER_TIMEOUT_MS: Final = 4_000
+# A ceiling only a hang reaches: a Sentinel whose timer was held up (a loaded machine) enters TILT for 30 s, in which it
+# neither promotes nor reconfigures anyone, and then does its work.
+SETTLE_CEILING_S: Final = 75.0
 
 
 @dataclass
@@ -162,7 +165,7 @@ class ReplicatedStore:
         finally:
             client.close()
 
-    def wait_settled(self, timeout_s: float = 30.0) -> Node:
+    def wait_settled(self, timeout_s: float = SETTLE_CEILING_S) -> Node:
         """Wait until the Sentinels agree on a primary that answers as one, with every live replica in sync and
         every Sentinel knowing every other; return the primary."""
         deadline = time.monotonic() + timeout_s
@@ -173,8 +176,10 @@ class ReplicatedStore:
                 client = self._data_client(primary)
                 info: dict[str, Any] = client.info("replication")  # type: ignore[assignment]
                 client.close()
-                synced = sum(
-                    1 for key, value in info.items() if key.startswith("slave") and value.get("state") == "online"
+                synced = sum(  # `slaveN` entries are the replicas; a replica's own `slave_*` fields are numbers
+                    1
+                    for key, value in info.items()
+                    if key.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
                 )
                 known = all(self._knows(watcher, len(live) - 1) for watcher in self.watchers)
                 if info.get("role") == "master" and synced == len(live) - 1 and known:

@@ -23,7 +23,7 @@ from pi_dispatch.infra.store import (
     store_from_environ,
 )
 from pi_dispatch.testing.jobs import forge_job
-from pi_dispatch.testing.replicated import PRIMARY_NAME, ReplicatedStore
+from pi_dispatch.testing.replicated import PRIMARY_NAME, SETTLE_CEILING_S, ReplicatedStore
 
 
 def test_sentinels_are_host_port_entries_ipv6_in_brackets_each_asked_once() -> None:
@@ -226,7 +226,7 @@ async def test_clients_follow_a_killed_primary_to_the_one_the_sentinels_promote(
         replicated.kill(old)
         killed = time.monotonic()
         answered: dict[str, float] = {}
-        while len(answered) < 2 and time.monotonic() - killed < 30:
+        while len(answered) < 2 and time.monotonic() - killed < SETTLE_CEILING_S:
             for name, ask in (("client", client.get(b"before")), ("queue", queue_client.set("after", "1"))):
                 if name in answered:
                     ask.close()
