@@ -252,7 +252,7 @@ async def read_live_hosts(
             if not raw_row:
                 ghosts.append(member)
                 continue
-            read = host_from_row(member, _decode_row(raw_row), now_ms)
+            read = host_from_row(member, raw_row if fields is not None else _decode_row(raw_row), now_ms)
             if isinstance(read, InvalidRow):
                 invalid.append(read)
             else:
@@ -268,22 +268,27 @@ async def read_live_hosts(
 
 
 async def _read_rows(client: aioredis.Redis, members: list[str], fields: Sequence[str] | None) -> list[Any]:
-    """These hosts' rows in one round trip: whole, or only `fields` (a row that is gone reads as empty either way)."""
+    """These hosts' rows in one round trip (`queue_row_reads`, `row_of`)."""
     pipe = client.pipeline(transaction=False)
+    queue_row_reads(pipe, members, fields)
+    return [row_of(reply, fields) for reply in await pipe.execute(raise_on_error=False)]
+
+
+def queue_row_reads(pipe: Any, members: Sequence[str], fields: Sequence[str] | None) -> None:
+    """Add to a pipeline the read of each host's row: whole, or only `fields`."""
     for member in members:
         if fields is None:
             pipe.hgetall(host_row_key(member))
         else:
             pipe.hmget(host_row_key(member), list(fields))
-    replies = await pipe.execute(raise_on_error=False)
-    if fields is None:
-        return list(replies)
-    return [
-        reply
-        if isinstance(reply, BaseException)
-        else {f: v for f, v in zip(fields, reply, strict=True) if v is not None}
-        for reply in replies
-    ]
+
+
+def row_of(reply: Any, fields: Sequence[str] | None) -> Any:
+    """One reply of `queue_row_reads`: a whole row as stored, or the `fields` it has as text (a row that is gone
+    reads as empty either way); an error reply (the entry is no hash) as it is."""
+    if fields is None or isinstance(reply, BaseException):
+        return reply
+    return {key: reply_text(value) for key, value in zip(fields, reply, strict=True) if value is not None}
 
 
 async def beating(

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.core.capabilities import is_live, out_of_service, parse_caps, with_drains
 from pi_dispatch.core.jobs import LOCAL_KIND
-from pi_dispatch.core.keys import DRAINED_HOSTS, STEAL_OFFERS, bull_key, host_queue_name, host_row_key, worker_of_queue
+from pi_dispatch.core.keys import DRAINED_HOSTS, STEAL_OFFERS, bull_key, host_queue_name, worker_of_queue
 from pi_dispatch.fleet.moves import ROUTED_FIELD, STOLEN_FIELD, JobMover
-from pi_dispatch.fleet.registry import host_from_row
+from pi_dispatch.fleet.registry import host_from_row, queue_row_reads, row_of
 from pi_dispatch.fleet.snapshot import SNAPSHOT_FIELDS, drained_names
 from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, reply_text
 
@@ -146,16 +146,13 @@ async def read_peers(
     if not listed:
         return frozenset()
     pipe = client.pipeline(transaction=False)
-    for name in listed:
-        pipe.hmget(host_row_key(name), list(SNAPSHOT_FIELDS))
+    queue_row_reads(pipe, listed, SNAPSHOT_FIELDS)
     pipe.smembers(DRAINED_HOSTS)
     *replies, members = await bounded(pipe.execute(raise_on_error=False), OP_TIMEOUT_S)
     rows: list[dict[str, object]] = []
     for name, reply in zip(listed, replies, strict=True):
-        if not isinstance(reply, list):  # a row that is no hash: never stolen from
-            continue
-        row = {key: reply_text(value) for key, value in zip(SNAPSHOT_FIELDS, reply, strict=True) if value is not None}
-        read = host_from_row(name, row, now_ms) if row else None
+        row = row_of(reply, SNAPSHOT_FIELDS)
+        read = host_from_row(name, row, now_ms) if isinstance(row, dict) and row else None  # gone or no hash: skip
         if isinstance(read, dict):
             rows.append(read)
     drained = drained_names(members)
