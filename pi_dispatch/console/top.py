@@ -43,7 +43,7 @@ from pi_dispatch.fleet.registry import InvalidRow, LiveHosts, read_live_hosts
 from pi_dispatch.fleet.rehome import known_host_queues
 from pi_dispatch.fleet.storeview import StoreState, read_store_state
 from pi_dispatch.infra.clock import wall_ms
-from pi_dispatch.infra.valkey import describe
+from pi_dispatch.infra.valkey import STORE_FAULTS, describe
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -92,7 +92,7 @@ class FrameReader:
             read = await read_queues(
                 self.client, [SHARED_QUEUE, *sorted(self.known)], live.hosts, now_ms, backlog=BACKLOG_READ
             )
-        except Exception as error:  # the store went away between two reads
+        except STORE_FAULTS as error:  # the store went away between two reads
             return Frame(now_ms, self.store, unreachable=describe(error))
         mirrored = await read_mirrored_runs(self.client, limit=LATEST_RUNS)
         could = runnable(live.hosts, read.waiting)
@@ -346,5 +346,5 @@ async def watch(
                     await asyncio.wait_for(stop.wait(), REFRESH_S)
         return 0
     finally:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*STORE_FAULTS):
             await client.aclose()

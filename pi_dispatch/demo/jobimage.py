@@ -40,18 +40,20 @@ def build_example_image(client: Any, tag: str = EXAMPLE_IMAGE, busybox: Path = B
 def docker_problem() -> str | None:
     """Why job containers cannot run here, or None; builds the example image when they can."""
     import docker
+    import docker.errors
+    import requests.exceptions
 
     client = None
     try:
         client = docker.from_env()
         client.ping()
-    except Exception as error:
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
         if client is not None:
             client.close()
         return f"no Docker daemon answers ({type(error).__name__})"
     try:
         build_example_image(client)
-    except Exception as error:
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as error:
         return f"the example job image could not be built ({error})"
     finally:
         client.close()

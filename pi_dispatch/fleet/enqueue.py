@@ -27,7 +27,7 @@ from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
 from pi_dispatch.fleet.snapshot import FleetView, fleet_view, read_drained
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.store import NotPrimary, ReplicaCount, StoreAddress
-from pi_dispatch.infra.valkey import bounded, describe
+from pi_dispatch.infra.valkey import STORE_FAULTS, bounded, describe, outages_named
 
 HOSTS_TTL_S: Final = 5.0
 MAX_VIEW_AGE_S: Final = 60.0  # a routing view older than this is not routed by
@@ -129,7 +129,7 @@ class ForgeRouter:
         self.reads += 1
         try:
             hosts = await bounded(self.read_hosts(), self.read_timeout_s)
-        except Exception as error:  # the last view stays; none at all routes nothing until the next try
+        except STORE_FAULTS as error:  # the last view stays; none at all routes nothing until the next try
             self.log("routing_view_unread", {"reason": describe(error), "ageS": round(self.view_age_s, 1)})
             usable = self._table is not None and self.view_age_s < self.max_age_s
             return self._table if usable and self._table is not None else RouteTable([])
@@ -145,7 +145,7 @@ class ForgeRouter:
         self._drains_at = self.clock()
         try:
             drained = await bounded(self.read_drains(), self.read_timeout_s)
-        except Exception as error:  # the view as read stays; the next decision past the TTL tries again
+        except STORE_FAULTS as error:  # the view as read stays; the next decision past the TTL tries again
             self.log("routing_drains_unread", {"reason": describe(error)})
             return table
         if drained is not None and drained != self._drained:  # None: no drain set to go by, the rows' word stands
@@ -226,7 +226,9 @@ class Enqueuer:
             return
         if self._replicas is None:
             self._replicas = ReplicaCount(self.store)
-        connection = queue.client.connection  # the one connection the add went on (`queue_connection(single=True)`)
+        from pi_dispatch.infra.bullmq import add_connection
+
+        connection = add_connection(queue)  # the one connection the add went on (`queue_connection(single=True)`)
         try:
             required = await self._replicas.required((str(connection.host), int(connection.port)))
         except NotPrimary:
@@ -239,7 +241,8 @@ class Enqueuer:
             )
 
     async def enqueue_forge_job(self, kind: str, job: Mapping[str, Any]) -> Enqueued:
-        """Route and add the job. Raises JobIdError for an unusable delivery."""
+        """Route and add the job. Raises JobIdError for an unusable delivery, and the error of the add itself (a
+        TimeoutError, NotReplicated, redis-py's) when the store did not take it: `is_outage` tells an outage."""
         options = forge_job_options(kind, job)
         name = await self.router.queue_for(kind, job)
         data = forge_job_data(kind, job)
@@ -297,10 +300,12 @@ class Enqueuer:
                 add.answer.set_result(_kept(job, add.options))
 
     async def close(self) -> None:
+        """Close every queue it opened (raises StoreUnavailable when the store is away meanwhile)."""
         if self._flushing:
             await asyncio.gather(*self._flushing, return_exceptions=True)
-        for queue in self.queues.values():
-            await queue.close()
+        with outages_named():
+            for queue in self.queues.values():
+                await queue.close()
         self.queues.clear()
         if self._replicas is not None:
             await self._replicas.close()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pi_dispatch.core.jscompat import js_json, js_json_parse
 from pi_dispatch.core.keys import job_log_key, run_attempts_key, run_spill_key
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, STORE_FAULTS, bounded, describe
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -43,7 +43,7 @@ class JobHistory:
         """This attempt's number, or None while the store cannot say (its output then goes to the host only)."""
         try:
             return int(await bounded(self.client.llen(run_attempts_key(stem)), self.timeout_s)) + 1
-        except Exception as error:
+        except STORE_FAULTS as error:
             self._failed(stem, error)
             return None
 
@@ -105,7 +105,7 @@ class JobHistory:
     async def _run(self, pipe: Any, stem: str) -> bool:
         try:
             await bounded(pipe.execute(), self.timeout_s)
-        except Exception as error:
+        except STORE_FAULTS as error:
             self._failed(stem, error)
             return False
         if self._failing:

@@ -29,7 +29,7 @@ from pi_dispatch.core.jscompat import (
 from pi_dispatch.core.keys import RUNS_INDEX, run_record_key
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, STORE_FAULTS, bounded, describe
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -140,7 +140,7 @@ class RunMirror:
             # Rolling: an activity index should live as long as there is activity to show.
             pipe.pexpire(RUNS_INDEX, window)
             await bounded(pipe.execute(), self.timeout_s)
-        except Exception as error:
+        except STORE_FAULTS as error:
             if not self._failing:
                 self._failing = True
                 self.log("run_mirror_failed", {"jobId": sanitized_job_id, "reason": describe(error)})
@@ -170,13 +170,13 @@ async def read_mirrored_runs(
         raw_ids = await bounded(
             client.zrevrangebyscore(RUNS_INDEX, "+inf", f"({since_ms}", start=0, num=max(1, limit)), timeout_s
         )
-    except Exception as error:
+    except STORE_FAULTS as error:
         return MirroredRuns([], f"unreachable ({describe(error)})")
     if not raw_ids:
         return MirroredRuns([], "off")
     try:
         bodies = await bounded(client.mget([run_record_key(_text(member)) for member in raw_ids]), timeout_s)
-    except Exception as error:
+    except STORE_FAULTS as error:
         return MirroredRuns([], f"unreachable ({describe(error)})")
     runs: list[Any] = []
     stale: list[bytes | str] = []
@@ -191,7 +191,7 @@ async def read_mirrored_runs(
             stale.append(member)
     if stale:
         # Best effort: a straggler costs one skipped row next time, never a wrong one.
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*STORE_FAULTS):
             await bounded(client.zrem(RUNS_INDEX, *stale), timeout_s)
     return MirroredRuns(runs, "truncated" if len(runs) >= limit else "ok", len(stale))
 

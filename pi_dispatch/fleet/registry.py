@@ -15,15 +15,23 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pi_dispatch.core.capabilities import CAP_SECRET, CAP_WAIT, ROUTE_FRESH_MS
 from pi_dispatch.core.jscompat import finite, js_number, js_sorted, js_string, utf16_key
 from pi_dispatch.core.keys import HOST_LIVE, REHOME_SILENT, host_row_key
 from pi_dispatch.core.names import PROFILE_NAME_RE, WORKER_NAME_RE, worker_name_problem
 from pi_dispatch.infra.clock import wall_ms
-from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe, out_of_memory, reply_text, reply_whole
+from pi_dispatch.infra.events import EventLog, discard, failure_fields
+from pi_dispatch.infra.valkey import (
+    OP_TIMEOUT_S,
+    STORE_FAULTS,
+    bounded,
+    describe,
+    out_of_memory,
+    reply_text,
+    reply_whole,
+)
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -36,14 +44,10 @@ CLOCK_SKEW_MS: Final = 60_000
 PATH_LIKE: Final = re.compile(r"^[/\\]|\\|^[A-Za-z]:[/\\]")
 
 Fact = object | Callable[[], object]
+T = TypeVar("T")
 
 
-def _fact_text(value: Fact) -> str:
-    if callable(value):
-        try:
-            value = value()
-        except Exception:
-            return ""
+def _fact_text(value: object) -> str:
     return "" if value is None else js_string(value)
 
 
@@ -60,6 +64,7 @@ class HostRegistry:
     facts: dict[str, Fact] = field(default_factory=dict)
     progress: Callable[[], Mapping[str, str]] | None = None  # fields read afresh for every beat, all at once
     _closed: bool = False
+    _failing_facts: set[str] = field(default_factory=set)
     _unreachable: bool = False
     _unreachable_since: float | None = None  # monotonic: when the first beat of the current outage failed
     memory_full_since: float | None = None  # monotonic: since when the store refuses beats for its memory
@@ -70,10 +75,11 @@ class HostRegistry:
 
     def row(self) -> dict[str, str]:
         """The fields the next beat writes: facts re-evaluated, stringified, path-like values dropped."""
-        fields = {key: _fact_text(value) for key, value in self.facts.items()}
+        facts = self.facts.items()
+        fields = {key: _fact_text(self._called(key, value, None) if callable(value) else value) for key, value in facts}
         if self.progress is not None:
-            with contextlib.suppress(Exception):  # a beat without its progress facts beats all the same
-                fields.update(self.progress())
+            no_progress: Mapping[str, str] = {}
+            fields.update(self._called("progress", self.progress, no_progress))
         fields.update(name=self.name, beatAt=str(self.now()))
         for key, text in list(fields.items()):
             if PATH_LIKE.search(text):
@@ -82,6 +88,18 @@ class HostRegistry:
                     self._refused.add(key)
                     self.log("host_registry_field_refused", {"field": key})
         return fields
+
+    def _called(self, name: str, fact: Callable[[], T], empty: T) -> T:
+        """A fact read for this beat; one that fails is left empty, and logged once until it reads again."""
+        try:
+            value = fact()
+        except Exception as error:  # broad: a beat is the host's life; a fact that fails (a bug) must not stop it
+            if name not in self._failing_facts:
+                self._failing_facts.add(name)
+                self.log("host_registry_fact_failed", {"field": name, **failure_fields(error)})
+            return empty
+        self._failing_facts.discard(name)
+        return value
 
     async def _beat(self) -> bool:
         if self._closed:
@@ -94,7 +112,7 @@ class HostRegistry:
             pipe.pexpire(key, HOST_TTL_MS)
             pipe.sadd(HOST_LIVE, self.name)
             await bounded(pipe.execute(), self.timeout_s)
-        except Exception as error:
+        except STORE_FAULTS as error:
             if out_of_memory(error):  # the store answers: full, not away (the worker says so, `storememory.py`)
                 self.memory_full_since = self.memory_full_since or time.monotonic()
                 return False
@@ -121,17 +139,20 @@ class HostRegistry:
             self._inflight = asyncio.ensure_future(self._beat())
         return await asyncio.shield(self._inflight)
 
-    async def start(self, facts: Mapping[str, Fact] | None = None) -> bool:
-        """Record the facts, beat once, then keep beating. A second start only publishes."""
-        if self._timer is not None or self._closed:
+    async def start(self, facts: Mapping[str, Fact] | None = None, *, keep_beating: bool = True) -> bool:
+        """Record the facts, beat once, then keep beating (`keep_beating=False`: the caller runs `beat_forever` under
+        its own supervision). A second start only publishes."""
+        if self._timer is not None or self._closed or "startedAt" in self.facts:
             return await self.publish()
         self.facts.update(facts or {})
         self.facts["startedAt"] = str(self.now())
         first = await self.publish()
-        self._timer = asyncio.ensure_future(self._beat_forever())
+        if keep_beating:
+            self._timer = asyncio.ensure_future(self.beat_forever())
         return first
 
-    async def _beat_forever(self) -> None:
+    async def beat_forever(self) -> None:
+        """A beat every `beat_ms` until closed."""
         while not self._closed:
             await asyncio.sleep(self.beat_ms / 1000)
             await self.publish()
@@ -152,7 +173,7 @@ class HostRegistry:
                 await asyncio.wait_for(asyncio.shield(self._inflight), self.timeout_s)
         if keep_row:
             return
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*STORE_FAULTS):
             pipe = self.client.pipeline(transaction=True)
             pipe.delete(host_row_key(self.name))
             pipe.srem(HOST_LIVE, self.name)
@@ -231,7 +252,7 @@ async def read_live_hosts(
         return Unreachable("no Valkey configured")
     try:
         raw_members = await bounded(client.smembers(HOST_LIVE), timeout_s)
-    except Exception as error:
+    except STORE_FAULTS as error:
         return Unreachable(describe(error))
     members = js_sorted(reply_text(member) for member in raw_members)
     now_ms = now()
@@ -243,7 +264,7 @@ async def read_live_hosts(
         part = members[start : start + step]
         try:
             rows = await bounded(_read_rows(client, part, fields), timeout_s)
-        except Exception as error:
+        except STORE_FAULTS as error:
             return Unreachable(describe(error))
         for member, raw_row in zip(part, rows, strict=True):
             if isinstance(raw_row, BaseException):
@@ -258,7 +279,7 @@ async def read_live_hosts(
             else:
                 hosts.append(read)
     if ghosts and prune:  # a host whose row expired is silent for re-homing from now (it may have left jobs)
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*STORE_FAULTS):
             pipe = client.pipeline(transaction=True)
             pipe.srem(HOST_LIVE, *ghosts)
             pipe.zadd(REHOME_SILENT, dict.fromkeys(ghosts, now_ms), nx=True)

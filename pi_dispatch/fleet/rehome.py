@@ -54,7 +54,15 @@ from pi_dispatch.fleet.snapshot import FleetView, compact_registry, fleet_view
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.store import StoreAddress
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe, reply_text, reply_whole
+from pi_dispatch.infra.valkey import (
+    OP_TIMEOUT_S,
+    STORE_FAULTS,
+    bounded,
+    describe,
+    outages_named,
+    reply_text,
+    reply_whole,
+)
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -137,7 +145,7 @@ class Rehomer:
     log: EventLog = discard
     now: Callable[[], int] = wall_ms
     paused: Callable[[], bool] = lambda: False  # while true, no sweep (a clock too far from the store's)
-    _bullmq: Any = field(default=None, repr=False)  # BullMQ's connection, for its stalled-job script
+    _bullmq: Any = field(default=None, repr=False)  # BullMQ's stalled-job check, over one connection
     # silent hosts whose last attempt found nothing movable: what their queue held then, and when
     _settled: dict[str, tuple[QueueHeld, int]] = field(default_factory=dict, repr=False)
 
@@ -157,8 +165,9 @@ class Rehomer:
             if self.paused():
                 continue
             try:
-                await self.sweep(hold=True)
-            except Exception as error:  # an outage: the next sweep tries again
+                with outages_named():  # BullMQ's moves raise redis-py's errors
+                    await self.sweep(hold=True)
+            except STORE_FAULTS as error:  # an outage: the next sweep tries again
                 self.log("rehome_sweep_failed", {"reason": describe(error)})
 
     async def sweep(self, *, hold: bool = False) -> int:
@@ -178,7 +187,7 @@ class Rehomer:
             return await self._sweep(elected=hold, epoch=epoch_of(replication))
         finally:
             if not hold:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(*STORE_FAULTS):
                     if reply_text(await bounded(self.client.get(REHOME_LEASE), OP_TIMEOUT_S)) == token:
                         await bounded(self.client.delete(REHOME_LEASE), OP_TIMEOUT_S)
 
@@ -292,15 +301,12 @@ class Rehomer:
     async def _recover_stalled(self, queue: str) -> None:
         """BullMQ's own check: active jobs whose lock has expired go back to waiting (two sweeps at most). One
         BullMQ connection serves every queue: each loads BullMQ's every script, too much to hold per silent host."""
-        from bullmq.scripts import Scripts
+        from pi_dispatch.infra.bullmq import StalledCheck
 
         if self._bullmq is None:
-            from bullmq.redis_connection import RedisConnection
-
-            self._bullmq = RedisConnection(self.store.queue_connection())
-        scripts = Scripts(BULL_PREFIX, queue, self._bullmq)
-        stalled = await bounded(scripts.moveStalledJobsToWait(MAX_STALLS, self.lock_duration_ms), OP_TIMEOUT_S)
-        for job_id in stalled or []:
+            self._bullmq = StalledCheck(self.store.queue_connection(), BULL_PREFIX)
+        stalled = await bounded(self._bullmq.run(queue, MAX_STALLS, self.lock_duration_ms), OP_TIMEOUT_S)
+        for job_id in stalled:
             self.log("job_stalled_on_silent_host", {"jobId": reply_text(job_id), "queue": queue})
 
     async def move_waiting(self, queue: str) -> int:
@@ -352,6 +358,6 @@ class Rehomer:
 
     async def close(self) -> None:
         if self._bullmq is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*STORE_FAULTS):
                 await bounded(self._bullmq.close(), OP_TIMEOUT_S)
             self._bullmq = None

@@ -31,7 +31,7 @@ from pi_dispatch.fleet.registry import (
     read_live_hosts,
 )
 from pi_dispatch.infra.clock import wall_ms
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, STORE_FAULTS, bounded, describe
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -117,7 +117,7 @@ async def fleet_view(
         pipe.get(HOST_SNAPSHOT)
         pipe.smembers(DRAINED_HOSTS)
         raw, members = await bounded(pipe.execute(raise_on_error=False), timeout_s)
-    except Exception as error:
+    except STORE_FAULTS as error:
         return Unreachable(describe(error))
     if isinstance(raw, BaseException):
         return Unreachable(describe(raw))
@@ -129,7 +129,7 @@ async def fleet_view(
         won = await bounded(
             client.set(HOST_SNAPSHOT_LEASE, secrets.token_hex(4), nx=True, px=refresh_after_ms), timeout_s
         )
-    except Exception as error:
+    except STORE_FAULTS as error:
         return Unreachable(describe(error))
     if not won and parsed is not None:  # being refreshed by another reader; fresh enough
         return FleetView(_drained(parsed[0], drained), parsed[1], direct=False)
@@ -170,7 +170,7 @@ async def registry_now(client: aioredis.Redis, timeout_s: float = OP_TIMEOUT_S) 
         return live
     try:
         return _drained(live, await read_drained(client, timeout_s))
-    except Exception as error:
+    except STORE_FAULTS as error:
         return Unreachable(describe(error))
 
 

@@ -15,7 +15,7 @@ from pi_dispatch.core.errors import ConfigError, Problem
 from pi_dispatch.core.jscompat import iso_string
 from pi_dispatch.core.keys import FLEET_EPOCH
 from pi_dispatch.fleet.storereset import FleetEpoch
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, describe, reply_text
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, STORE_FAULTS, bounded, describe, reply_text
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -139,7 +139,7 @@ async def read_store_state(client: aioredis.Redis, store: StoreAddress | None = 
         replication, memory, configured, persisted, saves, epoch = await bounded(
             pipe.execute(raise_on_error=False), OP_TIMEOUT_S
         )
-    except Exception as error:
+    except STORE_FAULTS as error:
         return StoreState("?", (), "", None, False, unreadable=describe(error))
     if isinstance(replication, Exception) or isinstance(memory, Exception):
         reason = describe(replication if isinstance(replication, Exception) else memory)
@@ -172,7 +172,7 @@ async def _failover(store: StoreAddress) -> Failover | None:
         try:
             asked = sentinel.execute_command("SENTINEL", "MASTER", store.primary_name)  # type: ignore[no-untyped-call]
             reply = await bounded(asked, OP_TIMEOUT_S)
-        except Exception:  # noqa: S112 - the next Sentinel may answer
+        except STORE_FAULTS:
             continue
         finally:
             await sentinel.aclose()
@@ -190,7 +190,7 @@ async def refuse_an_evicting_store(client: aioredis.Redis) -> None:
     whose data is gone. A store that does not answer is not judged here (the caller's reach decides)."""
     try:
         memory = await bounded(client.info("memory"), OP_TIMEOUT_S)
-    except Exception:  # unreachable or refusing INFO: not this check's to say
+    except STORE_FAULTS:  # unreachable or refusing INFO: not this check's to say
         return
     policy = str(memory.get("maxmemory_policy", "")) if isinstance(memory, dict) else ""
     if policy and policy != SAFE_POLICY:

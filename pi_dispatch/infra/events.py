@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, TextIO
@@ -27,6 +28,26 @@ ERROR_EVENTS: Final = frozenset({"worker_failing", "receiver_start_failed"})
 # journald reads a `<N>` prefix on a line as its syslog priority (systemd's SyslogLevelPrefix=, on by default)
 JOURNAL_PRIORITY: Final = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
 FIELDS: Final = "pi_dispatch_fields"  # the LogRecord attribute an event's fields travel in
+
+
+def failure_fields(error: BaseException) -> dict[str, object]:
+    """An unexpected failure as a log line's fields: its type and first line, and its traceback as module:line frames
+    in one field (no file paths, and nothing printed on a terminal)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    text = str(error).splitlines()[0][:200] if str(error) and not isinstance(error, OSError) else ""
+    return {
+        "error": f"{type(error).__name__}: {text}" if text else type(error).__name__,
+        "traceback": " < ".join(f"{_module_of(frame.filename)}:{frame.lineno} {frame.name}" for frame in frames[::-1]),
+    }
+
+
+def _module_of(filename: str) -> str:
+    """A source file by its module's dotted name from the package down (`pi_dispatch.worker.upkeep`), never its path."""
+    parts = filename.removesuffix(".py").replace("\\", "/").split("/")
+    for root in ("pi_dispatch", "bullmq", "redis", "asyncio", "docker", "aiohttp"):
+        if root in parts:
+            return ".".join(parts[parts.index(root) :])
+    return parts[-1]
 
 
 def level_of(event: str) -> int:

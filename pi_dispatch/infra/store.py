@@ -27,6 +27,7 @@ from redis.backoff import NoBackoff
 from pi_dispatch.infra.valkey import (
     DEFAULT_VALKEY_URL,
     OP_TIMEOUT_S,
+    StoreClient,
     connect,
     fleet_id,
     reply_text,
@@ -163,7 +164,7 @@ class StoreAddress:
         if not self.replicated:
             return connect(self.url, self.password, timeout_s)
         pool = self._primary_pool(timeout_s, retry=Retry(NoBackoff(), 0), health_check_interval=0)
-        return aioredis.Redis.from_pool(pool)
+        return StoreClient.from_pool(pool)
 
     def queue_connection(self, *, single: bool = False) -> str | aioredis.Redis:
         """What a BullMQ Queue or Worker is opened with: the URL (with its password) for a plain store, as before;

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import docker.errors
+import requests.exceptions
 
 from pi_dispatch.testing.services import worker_process_env
 from pi_dispatch.worker.containers import LABEL_FLEET, LABEL_HOST, LABEL_JOB, listed_labels
@@ -36,7 +38,7 @@ class Overlaps:
 
     def _poll(self) -> None:
         while not self._stop.is_set():
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
                 seen: dict[str, int] = defaultdict(int)
                 # sparse: the listing alone; docker-py otherwise inspects each container, and one that ends in
                 # between fails the whole poll, so under load short jobs went unseen

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import redis.asyncio as aioredis
 from bullmq import Queue
@@ -84,7 +84,44 @@ def nested(depth: int) -> Any:
     return value
 
 
-def hostile_job(rng: random.Random, number: int) -> Any:  # noqa: PLR0912 - one branch per way of bending a job
+def _bend_field(rng: random.Random, job: dict[str, Any]) -> None:
+    job[rng.choice(["kind", "repo", "flow", "target", "trigger", "image", "provider"])] = nasty(rng)
+
+
+def _bend_trigger(rng: random.Random, job: dict[str, Any]) -> None:
+    job["trigger"] = {"deliveryId": nasty(rng), "demoExit": rng.choice([0, 1, 2]), "matched": nasty(rng)}
+
+
+def _bend_chain(rng: random.Random, job: dict[str, Any]) -> None:
+    job.update({key: nasty(rng) for key in ("parentJobId", "chainDepth", "replica", "replicas", "maxTurns")})
+
+
+# One way of bending a forge job per shape from 1; shape 0 is not a job at all, the last runs the job as it is.
+BENDS: Final[tuple[Callable[[random.Random, dict[str, Any]], object], ...]] = (
+    _bend_field,
+    lambda rng, job: job.update(flow="x" * rng.choice([300_000, 1_000])),
+    lambda rng, job: job.update(pad=["y" * 200_000] * rng.choice([12, 2])),
+    lambda rng, job: job.update(flow=nested(rng.choice([40, 33, 10]))),
+    lambda rng, job: job.update(
+        secretsProfile="prod", secrets={f"S{i}": f"ref-{i}" for i in range(rng.choice([65, 3]))}
+    ),
+    lambda rng, job: job.update(
+        secretsProfile="prod", secrets={"TOKEN": rng.choice(["-x", "a\x00b", "a\nb", "r" * 2_000, 7])}
+    ),
+    lambda rng, job: job.update(repo=rng.choice(["-rf", "evil\nrepo", "ok/repo"]), waitFor=[{"profile": "ci"}]),
+    lambda rng, job: job.update(
+        image=rng.choice(["busybox:latest", "--privileged", "pi-dispatch-example-job:latest", "x" * 300])
+    ),
+    lambda rng, job: job.update(
+        waitFor=rng.choice([[{"profile": "ci"}] * 5, [{"after": NASTY[2]}], [{"profile": "-x"}], "soon"])
+    ),
+    _bend_trigger,
+    _bend_chain,
+    lambda rng, job: job.update(secretsProfile=rng.choice(["nowhere", "Prod", "../prod"]), secrets={"T": "r"}),
+)
+
+
+def hostile_job(rng: random.Random, number: int) -> Any:
     """One generated job: a real forge job bent one or more ways, or something that is not a job at all."""
     shape = number % SHAPES if number < SHAPES else rng.randrange(SHAPES)
     job = forge_job(number)
@@ -92,31 +129,9 @@ def hostile_job(rng: random.Random, number: int) -> Any:  # noqa: PLR0912 - one 
         job["image"] = "not-allowed:1"  # refused before a container: most jobs test the gates, few run
     if shape == 0:
         return nasty(rng)
-    if shape == 1:
-        job[rng.choice(["kind", "repo", "flow", "target", "trigger", "image", "provider"])] = nasty(rng)
-    elif shape == 2:
-        job["flow"] = "x" * rng.choice([300_000, 1_000])
-    elif shape == 3:
-        job["pad"] = ["y" * 200_000] * rng.choice([12, 2])
-    elif shape == 4:
-        job["flow"] = nested(rng.choice([40, 33, 10]))
-    elif shape == 5:
-        job.update(secretsProfile="prod", secrets={f"S{i}": f"ref-{i}" for i in range(rng.choice([65, 3]))})
-    elif shape == 6:
-        job.update(secretsProfile="prod", secrets={"TOKEN": rng.choice(["-x", "a\x00b", "a\nb", "r" * 2_000, 7])})
-    elif shape == 7:
-        job.update(repo=rng.choice(["-rf", "evil\nrepo", "ok/repo"]), waitFor=[{"profile": "ci"}])
-    elif shape == 8:
-        job["image"] = rng.choice(["busybox:latest", "--privileged", "pi-dispatch-example-job:latest", "x" * 300])
-    elif shape == 9:
-        job["waitFor"] = rng.choice([[{"profile": "ci"}] * 5, [{"after": NASTY[2]}], [{"profile": "-x"}], "soon"])
-    elif shape == 10:
-        job["trigger"] = {"deliveryId": nasty(rng), "demoExit": rng.choice([0, 1, 2]), "matched": nasty(rng)}
-    elif shape == 11:
-        job.update({key: nasty(rng) for key in ("parentJobId", "chainDepth", "replica", "replicas", "maxTurns")})
-    elif shape == 12:
-        job.update(secretsProfile=rng.choice(["nowhere", "Prod", "../prod"]), secrets={"T": "r"})
-    return job  # shape 13: as it is, to run a container now and then
+    if shape <= len(BENDS):
+        BENDS[shape - 1](rng, job)
+    return job  # the last shape: as it is, to run a container now and then
 
 
 @dataclass

@@ -10,6 +10,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import docker
+import docker.errors
+import requests.exceptions
+
 from pi_dispatch.demo.store import EmbeddedValkey
 
 
@@ -35,7 +39,6 @@ class PrivateDocker:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60) -> None:
-        import docker
 
         dockerd = shutil.which("dockerd")
         unshare = shutil.which("unshare")
@@ -51,7 +54,7 @@ class PrivateDocker:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
                 client = docker.DockerClient(base_url=self.url)
                 try:
                     client.ping()
@@ -84,11 +87,9 @@ class PrivateDocker:
     def close(self) -> None:
         """Stop it, its surviving containers' shims with it, and undo the data root's bind mount."""
         if self.process is None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(RuntimeError):  # it would not come back: its containers went with it
                 self.start()
-        with contextlib.suppress(Exception):
-            import docker
-
+        with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
             client = docker.DockerClient(base_url=self.url)
             for container in client.containers.list(all=True):
                 container.remove(force=True)

@@ -78,13 +78,12 @@ class StallingRelay:
 
         tasks = [asyncio.ensure_future(to_store()), asyncio.ensure_future(to_client())]
         try:
-            with contextlib.suppress(Exception):
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for task in tasks:
                 task.cancel()
             for writer in (client_out, store_out):
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(OSError, RuntimeError):  # a transport already gone, or its loop closed
                     writer.close()
             if link in self._links:  # a link already gone is no error of the relay (it printed one mid-bench)
                 self._links.remove(link)

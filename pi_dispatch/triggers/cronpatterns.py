@@ -56,7 +56,7 @@ def why_refused(pattern: str) -> str | None:
 def next_runs(pattern: str, zone: str, count: int = 3, now: datetime | None = None) -> list[datetime]:
     """When the pattern fires next in the zone (UTC when the zone is empty or unknown), as BullMQ's scheduler
     computes each run (from the one before, with its own repeat strategy); [] when it never does."""
-    from bullmq.job_scheduler import default_repeat_strategy
+    from pi_dispatch.infra.bullmq import next_repeat_ms
 
     try:
         where = ZoneInfo(zone) if zone else UTC
@@ -67,7 +67,9 @@ def next_runs(pattern: str, zone: str, count: int = 3, now: datetime | None = No
     runs: list[datetime] = []
     try:
         for _ in range(count):
-            millis = default_repeat_strategy(millis, options)
+            if (found := next_repeat_ms(millis, options)) is None:
+                break
+            millis = found
             runs.append(datetime.fromtimestamp(millis / 1000, tz=where))
     except Exception:  # croniter gives up on a date that never comes (the 31st of February)
         return []

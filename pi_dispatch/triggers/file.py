@@ -99,14 +99,18 @@ def _close_fields(on: Mapping[str, Any], run: Mapping[str, Any], capable: bool, 
             raise Refusal("on.once", "cannot be combined with run.replicas")
         found["once"] = on["once"]
     if "disarmed" in on:
-        mark = on["disarmed"]
-        if not isinstance(mark, Mapping) or set(mark) - {"at", "jobId"} or not is_text(mark.get("at")):
-            raise Refusal("on.disarmed", 'must be an object with a non-empty "at" (and optionally "jobId")')
-        if "jobId" in mark and not is_text(mark["jobId"]):
-            raise Refusal("on.disarmed.jobId", "must be a non-empty string when present")
-        if on.get("once") is not True:
-            raise Refusal("on.disarmed", "is only meaningful beside on.once: true")
+        _check_disarmed(on["disarmed"], once=on.get("once") is True)
     return found
+
+
+def _check_disarmed(mark: object, *, once: bool) -> None:
+    """`on.disarmed`: the mark a spent one-shot carries (when, and the job that spent it)."""
+    if not isinstance(mark, Mapping) or set(mark) - {"at", "jobId"} or not is_text(mark.get("at")):
+        raise Refusal("on.disarmed", 'must be an object with a non-empty "at" (and optionally "jobId")')
+    if "jobId" in mark and not is_text(mark["jobId"]):
+        raise Refusal("on.disarmed.jobId", "must be a non-empty string when present")
+    if not once:
+        raise Refusal("on.disarmed", "is only meaningful beside on.once: true")
 
 
 def _actions(on: Mapping[str, Any], allowed: tuple[str, ...], what: str) -> list[str]:

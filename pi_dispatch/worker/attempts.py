@@ -33,6 +33,7 @@ from pi_dispatch.core.records import build_record
 from pi_dispatch.fleet.control import cancelled_of
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.store import PrimaryCheck
+from pi_dispatch.infra.valkey import STORE_FAULTS
 from pi_dispatch.worker.containers import (
     STOP_GRACE_S,
     ContainerRuntime,
@@ -137,7 +138,7 @@ class Attempts:
             if failure.retry:
                 raise
             raise UnrecoverableError(str(failure)) from None
-        except Exception as error:  # never let one job take the worker down; BullMQ retries it
+        except Exception as error:  # broad: the processor's edge; one job's bug never takes the worker down
             reason = error.reason if isinstance(error, InfraRetry) else Reason.INFRA
             self.record(job, data, started, None, {"reason": reason})
             self.log(
@@ -186,7 +187,7 @@ class Attempts:
         }
         try:
             record = build_record(data=data, result=result, error=error, **facts)
-        except Exception as failure:  # a bug in the face of hostile data; the run still gets its record
+        except Exception as failure:  # broad: a bug in the face of hostile data; the run still gets its record
             self.log("run_record_degraded", {"jobId": facts["job_id"], "error": type(failure).__name__})
             record = build_record(data={}, result=None, error={"reason": Reason.INFRA}, **facts)
         record["queue"] = queue_of(job) or None  # where this attempt took the job
@@ -321,7 +322,7 @@ class Attempts:
         """End the attempt as `cancelled` (never retried) once an operator has cancelled the job. At the start of
         an attempt the store is asked too: a cancel made while the job was elsewhere, or before a restart."""
         if ask_store and job_id not in self.cancelled:
-            with contextlib.suppress(Exception):  # an unreachable store cancels nothing; the next beat asks again
+            with contextlib.suppress(*STORE_FAULTS):  # an unreachable store cancels nothing; the next beat asks again
                 if await cancelled_of(self.client, [job_id]):
                     self.cancelled.add(job_id)
         if job_id in self.cancelled:

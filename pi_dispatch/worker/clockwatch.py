@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, STORE_FAULTS, bounded
 
 
 def offset_of(sent_ms: int, store_time: object, received_ms: int) -> int | None:
@@ -53,7 +53,7 @@ class ClockWatch:
         sent = self.local()
         try:
             reply = await bounded(client.time(), OP_TIMEOUT_S)  # type: ignore[attr-defined]
-        except Exception:  # an outage says nothing about the clocks
+        except STORE_FAULTS:  # an outage says nothing about the clocks
             return
         offset = offset_of(sent, reply, self.local())
         if offset is None:

@@ -28,6 +28,7 @@ from docker.types import LogConfig
 from pi_dispatch.core.errors import PiDispatchError
 from pi_dispatch.core.reasons import ExitCode
 from pi_dispatch.infra.events import EventLog, discard
+from pi_dispatch.infra.valkey import STORE_FAULTS
 from pi_dispatch.worker.attachstream import attached_output
 from pi_dispatch.worker.outcomes import ContainerEnd
 
@@ -192,7 +193,7 @@ class ContainerRuntime:
         if gone and confirm is not None:
             try:
                 back = await confirm(gone)
-            except Exception:
+            except STORE_FAULTS:
                 return 0  # not knowing whether a host is live is not knowing its containers are orphans
             orphans = [c for c in orphans if listed_labels(c).get(LABEL_HOST) not in back]
         return await self._remove_all(orphans)
@@ -312,11 +313,13 @@ class ContainerRuntime:
             try:
                 for data in attached_output(sock):
                     output.write(data)
-            except Exception:  # a daemon that goes away ends the stream, never the attempt
+            except (
+                Exception
+            ):  # broad: a thread's edge, where what escapes goes unseen; the stream ends, not the attempt
                 self.log("container_logs_unreadable", {"jobId": spec.job_id})
             finally:
                 for end in (sock, getattr(sock, "_sock", sock)):  # the SocketIO, and the socket it reads from
-                    with contextlib.suppress(Exception):
+                    with contextlib.suppress(OSError):
                         end.close()
 
         thread = threading.Thread(target=follow, name=f"output-{spec.job_id[:32]}", daemon=True)

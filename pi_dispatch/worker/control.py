@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 from pi_dispatch.core.keys import CONTROL_CHANNEL
 from pi_dispatch.fleet.control import Drain, cancelled_of, parse_message, read_drain
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.valkey import describe
+from pi_dispatch.infra.valkey import STORE_FAULTS, StoreUnavailable, describe, outages_named
 from pi_dispatch.worker.containers import STOP_GRACE_S
 
 if TYPE_CHECKING:
@@ -57,32 +57,35 @@ class Control:
 
     async def boot(self) -> None:
         """A drain that was in force before this worker started is still in force."""
-        with contextlib.suppress(Exception):  # unreadable: the first beat reads it again
+        with contextlib.suppress(*STORE_FAULTS), outages_named():  # unreadable: the first beat reads it again
             if (drain := await read_drain(self.client, self.name)) is not None:
                 await self._drain(drain)
 
     async def listen(self) -> None:
-        """Act on each control message as it comes; a dropped subscription is taken up again a second later."""
+        """Act on each control message as it comes; a dropped subscription is taken up again a second later. A
+        failure that is no outage ends the loop, for its supervisor to log and start again."""
         while True:
             try:
-                async with self.client.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(CONTROL_CHANNEL)
-                    while True:
-                        received = await pubsub.get_message(timeout=LISTEN_POLL_S)
-                        if received is not None and (parsed := parse_message(received.get("data"))) is not None:
-                            await self._act(*parsed)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
+                with outages_named():
+                    await self._listen_once()
+            except StoreUnavailable as error:
                 self.log("control_listen_failed", {"reason": describe(error)})
                 await asyncio.sleep(RECONNECT_S)
+
+    async def _listen_once(self) -> None:
+        async with self.client.pubsub(ignore_subscribe_messages=True) as pubsub:
+            await pubsub.subscribe(CONTROL_CHANNEL)
+            while True:
+                received = await pubsub.get_message(timeout=LISTEN_POLL_S)
+                if received is not None and (parsed := parse_message(received.get("data"))) is not None:
+                    await self._act(*parsed)
 
     async def beat(self) -> None:
         """Each beat: the drain fact and the cancels of the jobs in hand, read again in two round trips."""
         try:
             drain = await read_drain(self.client, self.name)
             cancelled = await cancelled_of(self.client, list(self.attempts.running))
-        except Exception as error:
+        except STORE_FAULTS as error:
             self.log("control_read_failed", {"reason": describe(error)})
             return
         for job_id in cancelled:
@@ -123,7 +126,7 @@ class Control:
             self._stop_deadline()
             if drain.deadline_ms is not None:
                 self._deadline = asyncio.ensure_future(self._stop_at(drain.deadline_ms))
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*STORE_FAULTS):  # away: the next beat's read of the drain moves them
             if moved := await self.move_own_queue():
                 self.log("drain_moved", {"count": moved})
 

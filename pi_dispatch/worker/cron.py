@@ -25,7 +25,7 @@ from pi_dispatch.fleet.registry import LiveHosts
 from pi_dispatch.fleet.snapshot import FleetView, compact_registry, fleet_view
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.store import StoreAddress
-from pi_dispatch.infra.valkey import bounded, describe
+from pi_dispatch.infra.valkey import STORE_FAULTS, bounded, describe
 from pi_dispatch.triggers.file import Trigger
 from pi_dispatch.triggers.schedules import (
     LOCAL_JOB_NAME,
@@ -108,7 +108,7 @@ class CronSchedules:
                     self.log("cron_reconcile_refused", refusal)
                     return False
                 installed, removed = await self._apply()
-            except Exception as error:  # the store away, or BullMQ refusing: the next beat tries again
+            except STORE_FAULTS as error:  # the store away, or refusing a scheduler: the next beat tries again
                 self.retrying = True
                 self.log("cron_reconcile_failed", {"reason": describe(error)})
                 return False
@@ -189,5 +189,5 @@ class CronSchedules:
     async def _close_queue(self) -> None:
         queue, self._queue = self._queue, None
         if queue is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*STORE_FAULTS):
                 await bounded(queue.close(), OP_TIMEOUT_S)

@@ -24,26 +24,35 @@ SETTINGS_PROPERTIES: Final = ("worker_name_declared",)
 
 def checked_settings(env_file: Path | None) -> WorkerSettings:
     """The worker's settings, checked in a child process (a config error raises here, naming every problem)."""
-    from pi_dispatch.config.handover import Settled, checked_in_child, settled
+    from pi_dispatch.config.handover import checked_in_child
 
-    def load() -> Settled:
+    def load() -> WorkerSettings:
         from pi_dispatch.config.worker_settings import load_settings
 
-        return settled(load_settings(env_file), SETTINGS_PROPERTIES)
+        return frozen_settings(load_settings(env_file))
 
-    return cast("WorkerSettings", checked_in_child(load))
+    return checked_in_child(load)
+
+
+def frozen_settings(settings: WorkerSettings) -> WorkerSettings:
+    """The one form a worker runs with, in production and in tests: the checked model's values, frozen, under the
+    model's names (the model, and the libraries that check it, stay out of the worker's process)."""
+    from pi_dispatch.config.handover import settled
+
+    return cast("WorkerSettings", settled(settings, SETTINGS_PROPERTIES))
 
 
 async def refuse_an_evicting(settings: WorkerSettings) -> None:
     """Refuse to start (exit 2, naming the fix) against a store that may evict keys: its jobs would vanish."""
     from pi_dispatch.fleet.storeview import refuse_an_evicting_store
     from pi_dispatch.infra.store import store_of
+    from pi_dispatch.infra.valkey import STORE_FAULTS
 
     client = store_of(settings).client()
     try:
         await refuse_an_evicting_store(client)
     finally:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*STORE_FAULTS):
             await client.aclose()
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.core.keys import bull_key
-from pi_dispatch.infra.valkey import bounded, packaged_script
+from pi_dispatch.infra.valkey import STORE_FAULTS, bounded, packaged_script
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -56,7 +56,7 @@ class LockFence:
             sent = self.monotonic()
             try:
                 value, remaining_ms = await bounded(script(keys, arguments), max(interval, 0.5))
-            except Exception:
+            except STORE_FAULTS:
                 value, remaining_ms = b"?", None  # unreadable: nothing proven, nothing disproven
             if value is None:
                 return self._fence("lock-gone")

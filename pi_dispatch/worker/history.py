@@ -22,6 +22,7 @@ from pi_dispatch.core.jscompat import DAY_MS, js_json, js_json_parse
 from pi_dispatch.core.names import record_stem
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog, discard
+from pi_dispatch.infra.valkey import STORE_FAULTS
 
 # Temporary files end in neither .json nor .log, so the reaper and readers never take them for records.
 _TEMP_SUFFIX = ".partial"
@@ -70,7 +71,7 @@ def write_record(logs_dir: Path, record: Mapping[str, Any], log: EventLog = disc
     try:
         target = record_path(logs_dir, record.get("jobId"))
         write_atomically(target, line)
-    except Exception as error:
+    except OSError as error:
         log("run_record_failed", {"jobId": record_stem(record.get("jobId")), "reason": failure_name(error)})
         return None
     try:  # the record file is the record; the attempts beside it are its history, never retried twice
@@ -257,7 +258,7 @@ class RunRecorder:
             return 0
         try:
             kept = await self.attempts.spilled(self.host)
-        except Exception as error:  # the store away: what it keeps is read at the next boot
+        except STORE_FAULTS as error:  # the store away: what it keeps is read at the next boot
             self.log("run_records_unrecovered", {"reason": failure_name(error)})
             return len(self.unwritten)
         for stem, record in kept.items():

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.metrics import new_registry
-from pi_dispatch.infra.valkey import describe
+from pi_dispatch.infra.valkey import STORE_FAULTS, describe
 
 # How the worker's log names an attempt's end, and the outcome label each one counts under.
 OUTCOME_EVENTS: Final = {
@@ -201,7 +201,7 @@ class WorkerMetrics:
             self.store_primary.set(float(state.role == "master"))
             self.store_promoted.set(float(state.promoted))
         for queue in queues:
-            with contextlib.suppress(Exception):  # an unreachable store leaves the last depths in place
+            with contextlib.suppress(*STORE_FAULTS):  # an unreachable store leaves the last depths in place
                 self.depth(queue, (await queue_counts(client, queue)).by_state())
 
     def depth(self, queue: str, counts: Mapping[str, int]) -> None:

@@ -22,13 +22,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from bullmq.timer import Timer
-
 from pi_dispatch.core.jobs import QueuedJob
 from pi_dispatch.fleet.rehome import MAX_STALLS
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.store import StoreAddress
-from pi_dispatch.infra.valkey import bounded
+from pi_dispatch.infra.valkey import STORE_FAULTS, bounded
 from pi_dispatch.worker.consumers import GuardedConsumer
 from pi_dispatch.worker.metrics import WorkerMetrics
 
@@ -81,30 +79,20 @@ class Pickup:
     async def run(self) -> None:
         """Take jobs until the consumers are closed."""
         for consumer in self.consumers:
-            await consumer._ensure_client_names()
-            consumer.lockManager.start()
-            consumer.stalledCheckTimer = Timer(
-                consumer.opts["stalledInterval"] / 1000, consumer.runStalledJobsCheck, consumer.emit
-            )
-            consumer.running = True
+            await consumer.start_background()
         retry_s = RETRY_FIRST_S
         try:
             while not self._closing():
                 try:
                     await self._step()
                     retry_s = RETRY_FIRST_S
-                except Exception as error:  # the store away: every held job's lock is fenced meanwhile
-                    if not self.consumers[0].isConnectionError(error):
-                        self.consumers[0].emit("error", error)
+                except Exception as error:  # broad as BullMQ's own loop: its errors come untyped
+                    self.consumers[0].report(error)
                     await asyncio.sleep(retry_s * random.uniform(0.5, 1.0))
                     retry_s = min(RETRY_CEILING_S, self.idle_poll_s, retry_s * 2)
         finally:
             for consumer in self.consumers:
-                consumer.running = False
-                with contextlib.suppress(Exception):
-                    consumer.stalledCheckTimer.stop()
-                with contextlib.suppress(Exception):
-                    await consumer.lockManager.close()
+                await consumer.stop_background()
 
     async def _step(self) -> None:
         if self.blocked():
@@ -112,7 +100,7 @@ class Pickup:
             return
         if self._paused():
             for consumer in self.consumers:
-                await consumer.resume_event.wait()
+                await consumer.resumed()
             return
         if self.free == 0:
             self._freed.clear()
@@ -136,12 +124,11 @@ class Pickup:
         for consumer in self.consumers:
             while self.free > 0 and not self._paused() and not self._closing() and not self.blocked():
                 asked.add(consumer.name)
-                consumer.blockUntil = 0
                 token = self._token(consumer)
-                job = await consumer.moveToActive(token)
+                job, block_until = await consumer.take(token)
                 if job is None:
-                    if consumer.blockUntil:
-                        due_ms = min(due_ms, consumer.blockUntil) if due_ms else int(consumer.blockUntil)
+                    if block_until:
+                        due_ms = min(due_ms, block_until) if due_ms else block_until
                     break
                 self._start(consumer, job, token)
         if was_free and not self.free and self.stealer is not None:
@@ -176,17 +163,17 @@ class Pickup:
         timeout_s = self.idle_poll_s
         if due_ms:
             timeout_s = min(BLOCK_CEILING_S, max(BLOCK_FLOOR_S, (due_ms - time.time() * 1000) / 1000))
-        markers = [c.keys["marker"] for c in self.consumers]
-        waiting = asyncio.ensure_future(self.consumers[0].wait_for_markers(markers, timeout_s))
+        markers = [c.marker_key for c in self.consumers]
+        waiting = asyncio.ensure_future(self.consumers[0].pop_markers(markers, timeout_s))
         for consumer in self.consumers:
-            consumer.waiting = waiting  # pause() and close() cancel it, as they would BullMQ's own
+            consumer.hold_wait(waiting)
         if self._capable_waiting and self.free:
             self._idle_since = time.monotonic()
         try:
             await asyncio.wait([waiting])
         finally:
             for consumer in self.consumers:
-                consumer.waiting = None
+                consumer.hold_wait(None)
             if not waiting.done():
                 waiting.cancel()
             self._count_idle()
@@ -200,9 +187,9 @@ class Pickup:
         if popped is None:
             return
         key = popped[0].decode() if isinstance(popped[0], bytes) else str(popped[0])
-        woke = next((c for c in self.consumers if c.keys["marker"] == key), None)
+        woke = next((c for c in self.consumers if c.marker_key == key), None)
         if woke is not None and woke.name not in asked:
-            await woke.backend.conn.zadd(key, {popped[1]: popped[2]})  # a second wake costs a poll, no more
+            await woke.put_marker_back(key, popped[1], popped[2])  # a second wake costs a poll, no more
 
     def _count_idle(self) -> None:
         if self._idle_since is not None:
@@ -214,11 +201,9 @@ class Pickup:
     def _start(self, consumer: GuardedConsumer, job: Any, token: str) -> None:
         job_id = str(job.id)
         self.held[job_id] = consumer.name
-        task = asyncio.ensure_future(consumer.processJob(job, token))
-        consumer.processing.add(task)
+        task = consumer.process(job, token)
 
         def release(_: asyncio.Future[Any]) -> None:
-            consumer.processing.discard(task)
             self.held.pop(job_id, None)
             self._freed.set()
 
@@ -226,13 +211,13 @@ class Pickup:
 
     def _token(self, consumer: GuardedConsumer) -> str:
         self._tokens += 1
-        return f"{consumer.id}:{self._tokens}"
+        return f"{consumer.token_prefix}:{self._tokens}"
 
     def _paused(self) -> bool:
-        return any(consumer.paused for consumer in self.consumers)
+        return any(consumer.is_paused for consumer in self.consumers)
 
     def _closing(self) -> bool:
-        return any(consumer.closing for consumer in self.consumers)
+        return any(consumer.is_closing for consumer in self.consumers)
 
 
 async def open_consumers(
@@ -262,9 +247,8 @@ async def open_consumers(
         bull = GuardedConsumer(queue, _processor(attempts, queue), connected, attempts.failed_unread)
         bull.on("error", functools.partial(_queue_error, quiet, log))
         bull.on("failed", attempts.failed_unrun)
-        with contextlib.suppress(Exception):  # delays would otherwise fire on whole seconds
-            await bounded(bull.blockingRedisConnection.getRedisVersion(), 5)
-            await bounded(bull.redisConnection.getRedisVersion(), 5)
+        with contextlib.suppress(*STORE_FAULTS):  # its delays would otherwise fire on whole seconds
+            await bounded(bull.warm_up(), 10)
         consumers.append(bull)
     return consumers
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pi_dispatch.infra.store import store_of
-from pi_dispatch.infra.valkey import describe
+from pi_dispatch.infra.valkey import STORE_FAULTS, bounded, describe
 from pi_dispatch.worker.scripts import usable_script
 
 if TYPE_CHECKING:
@@ -39,8 +39,8 @@ async def _store(settings: WorkerSettings) -> Check:
     store = store_of(settings)
     client = store.client(CHECK_TIMEOUT_S)
     try:
-        await asyncio.wait_for(client.ping(), CHECK_TIMEOUT_S)
-    except Exception as error:  # any refusal (auth, Sentinel, network) is this check's answer
+        await bounded(client.ping(), CHECK_TIMEOUT_S)
+    except STORE_FAULTS as error:  # any refusal (auth, Sentinel, network) is this check's answer
         return Check("store", False, f"{store.shown()} did not answer ({describe(error)}); fix: VALKEY_* settings")
     finally:
         await client.aclose()

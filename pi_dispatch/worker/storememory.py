@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.infra.events import EventLog
-from pi_dispatch.infra.valkey import bounded, out_of_memory
+from pi_dispatch.infra.valkey import STORE_FAULTS, bounded, out_of_memory
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -71,7 +71,7 @@ async def _memory(client: aioredis.Redis) -> tuple[int | None, int | None]:
     """The store's used and max memory in bytes (INFO memory, a read it answers while full); None where unread."""
     try:
         info: dict[str, Any] = await bounded(client.info("memory"), 2)
-    except Exception:
+    except STORE_FAULTS:
         return None, None
     used, most = info.get("used_memory"), info.get("maxmemory")
     return (used if isinstance(used, int) else None), (most if isinstance(most, int) else None)

@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from redis.exceptions import LockError
+
 from pi_dispatch.core.jobs import FORGE_KINDS, QueuedJob, target_separator
 from pi_dispatch.core.keys import WAIT_CHECK_LEASE_PREFIX
 from pi_dispatch.core.reasons import Reason
@@ -36,7 +38,7 @@ from pi_dispatch.core.waits import (
 )
 from pi_dispatch.fleet.epoch import store_epoch
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.valkey import bounded
+from pi_dispatch.infra.valkey import STORE_FAULTS, bounded
 from pi_dispatch.worker.scripts import Refusal, is_argument, run_wait_check, usable_script
 
 if TYPE_CHECKING:
@@ -176,7 +178,7 @@ class WaitGate:
                 yield None if lease is None else lease[1]
             finally:
                 if lease is not None:
-                    with contextlib.suppress(Exception):
+                    with contextlib.suppress(*STORE_FAULTS, LockError):  # away, or the lease already lapsed
                         await bounded(lease[0].release(), LEASE_OP_TIMEOUT_S)
 
     async def _lease(self, ttl_s: float) -> tuple[Any, str] | None:
@@ -188,7 +190,7 @@ class WaitGate:
                 epoch = await store_epoch(self.client, LEASE_OP_TIMEOUT_S)
                 if epoch is not None and await bounded(lock.acquire(), LEASE_OP_TIMEOUT_S):
                     return lock, epoch
-            except Exception as error:
+            except STORE_FAULTS as error:
                 self.log("wait_lease_unreachable", {"reason": type(error).__name__})
                 return None
         return None
@@ -199,7 +201,7 @@ class WaitGate:
             return True
         try:
             return await store_epoch(self.client, LEASE_OP_TIMEOUT_S) == epoch
-        except Exception:  # cannot be told: not trusted
+        except STORE_FAULTS:  # cannot be told: not trusted
             return False
 
     async def _hold(

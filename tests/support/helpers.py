@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import os
@@ -10,7 +11,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from pi_dispatch.cli.app import main
 
@@ -128,3 +130,30 @@ def plain_rows(printed: str) -> dict[str, list[str]]:
     are two or more spaces apart, and no cell is empty (`-`)."""
     rows = (re.split(r"\s{2,}", line.strip()) for line in printed.splitlines())
     return {cells[0]: cells for cells in rows if len(cells) > 1}
+
+
+Coroutine = Callable[..., Awaitable[Any]]
+
+
+class Injected(RuntimeError):
+    """The fault a test puts into a loop."""
+
+
+def failing_once(original: Coroutine, calls: list[int]) -> Coroutine:
+    """`original`, but its first call raises Injected."""
+
+    async def patched(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise Injected("a fault put in by the test")
+        return await original(*args, **kwargs)
+
+    return patched
+
+
+async def until(found: Callable[[], bool], what: str, ceiling_s: float = 180.0) -> None:
+    """Return once `found()` holds, checked every 50 ms; a ceiling only a hang reaches."""
+    deadline = time.monotonic() + ceiling_s
+    while not found():
+        assert time.monotonic() < deadline, f"never: {what}"
+        await asyncio.sleep(0.05)

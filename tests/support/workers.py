@@ -19,6 +19,7 @@ from pi_dispatch.config.worker_settings import WorkerSettings, load_settings
 from pi_dispatch.infra.events import Recorder
 from pi_dispatch.infra.valkey import fleet_id
 from pi_dispatch.worker.containers import ContainerRuntime
+from pi_dispatch.worker.entry import frozen_settings
 from pi_dispatch.worker.lifecycle import Worker
 
 # How long a wait on an event (a log line, a job's state) may take before it is called a hang: far past what a loaded
@@ -47,7 +48,8 @@ def worker_env(tmp: Path, valkey_url: str, image: str, name: str | None, **extra
 
 
 def settings_of(env: Mapping[str, str], hostname: str = "testhost") -> WorkerSettings:
-    return load_settings(environment=lambda: env, facts=HostFacts(hostname, None, os.geteuid()))
+    """The settings a worker runs with, in the one form production hands it (`worker.entry.frozen_settings`)."""
+    return frozen_settings(load_settings(environment=lambda: env, facts=HostFacts(hostname, None, os.geteuid())))
 
 
 @dataclass

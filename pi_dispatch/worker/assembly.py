@@ -1,0 +1,124 @@
+"""The worker's parts, each given what it needs when it is made: records and their mirror, attempts, the registry,
+control, cron, re-homing and the store watches. Nothing is set on a part after it is made (`lifecycle.py` runs them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
+from pi_dispatch.fleet.jobhistory import JobHistory
+from pi_dispatch.fleet.mirror import RunMirror, mirror_window_ms
+from pi_dispatch.fleet.registry import HOST_BEAT_MS, HostRegistry
+from pi_dispatch.fleet.rehome import Rehomer
+from pi_dispatch.fleet.storereset import EpochWatch
+from pi_dispatch.infra.clock import host_zone
+from pi_dispatch.infra.events import EventLog
+from pi_dispatch.infra.store import PrimaryCheck, StoreAddress
+from pi_dispatch.triggers.file import Trigger
+from pi_dispatch.worker.attempts import Attempts
+from pi_dispatch.worker.clockwatch import ClockWatch
+from pi_dispatch.worker.containers import ContainerRuntime
+from pi_dispatch.worker.control import Control
+from pi_dispatch.worker.cron import CronSchedules
+from pi_dispatch.worker.history import RunRecorder
+from pi_dispatch.worker.hosthealth import HostHealth
+from pi_dispatch.worker.metrics import WorkerMetrics
+from pi_dispatch.worker.oneshot import OneShots
+from pi_dispatch.worker.output import Outputs
+from pi_dispatch.worker.storememory import StoreMemoryWatch
+from pi_dispatch.worker.waitgate import WaitGate
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from pi_dispatch.config.worker_settings import WorkerSettings
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What the parts ask of the worker that holds them, read when asked (the consumers open after the parts)."""
+
+    consumers: Callable[[], list[Any]]  # its BullMQ workers
+    live_facts: Callable[[], Mapping[str, str]]  # the row's facts read for every beat
+    move_own_queue: Callable[[], Awaitable[int]]  # what waits on its own queue, to peers
+
+
+@dataclass(frozen=True)
+class Parts:
+    """One worker's parts over its store client."""
+
+    client: aioredis.Redis
+    store: StoreAddress
+    clock: ClockWatch
+    recorder: RunRecorder
+    attempts: Attempts
+    health: HostHealth
+    registry: HostRegistry
+    memory: StoreMemoryWatch
+    epoch: EpochWatch
+    rehomer: Rehomer
+    control: Control
+    cron: CronSchedules
+    primary: PrimaryCheck | None  # a replicated store's check of each take; a plain store pays nothing
+
+
+def assemble(
+    settings: WorkerSettings,
+    runtime: ContainerRuntime,
+    connection: tuple[StoreAddress, aioredis.Redis, ClockWatch],
+    *,
+    triggers: list[Trigger] | None,
+    metrics: WorkerMetrics,
+    log: EventLog,
+    hooks: Hooks,
+    jitter: Callable[[], float],
+    beat_ms: int | None = None,
+) -> Parts:
+    """The parts, each made with what it needs."""
+    store, client, clock = connection
+    name = settings.worker_name
+    now = clock.now  # every judgment of time the fleet shares is on the store's clock
+    mirror = RunMirror(client, settings.log_retention_days, log=log) if settings.worker_name_declared else None
+    history = JobHistory(client, int(mirror_window_ms(settings.log_retention_days)), log)
+    recorder = RunRecorder(settings.logs_dir, mirror, log, attempts=history, host=name)
+    registry = HostRegistry(
+        client, name, log=log, progress=hooks.live_facts, now=now, beat_ms=beat_ms or HOST_BEAT_MS
+    )  # fmt: skip
+    health = HostHealth(
+        settings.jobs_dir, settings.logs_dir, settings.job_image, runtime, log, changed=registry.publish
+    )  # fmt: skip
+    outputs = None
+    if settings.capture_job_logs:
+        store_cap = settings.job_log_store_kb * 1024 if settings.job_log_store else None
+        outputs = Outputs(settings.logs_dir, name, settings.job_log_mb * 1024 * 1024, store_cap, history, log)
+    primary = PrimaryCheck(store) if store.replicated else None
+    attempts = Attempts(
+        settings, runtime, client, recorder, WaitGate(settings, client, now, jitter, log), now, log,
+        metrics=metrics, one_shots=OneShots(settings.triggers_file, log), outputs=outputs, health=health,
+        primary=primary,
+    )  # fmt: skip
+    rehomer = Rehomer(
+        client, store, settings.rehome_after_ms, settings.lock_duration_ms, log, now,
+        paused=lambda: clock.skewed,  # silence judged by a clock that far off moves live work
+    )  # fmt: skip
+    control = Control(
+        client, name, attempts, hooks.consumers, registry.publish, hooks.move_own_queue, now, log
+    )  # fmt: skip
+    queue = host_queue_or_shared(settings)
+    cron = CronSchedules(
+        client, store, queue, host_zone(settings.tz), name, not settings.worker_name_declared, registry.publish,
+        triggers, log,
+    )  # fmt: skip
+    memory = StoreMemoryWatch(log, lambda: registry.memory_full_since)
+    epoch = EpochWatch(client, now, log)
+    return Parts(
+        client, store, clock, recorder, attempts, health, registry, memory, epoch, rehomer, control, cron, primary
+    )  # fmt: skip
+
+
+def host_queue_or_shared(settings: WorkerSettings) -> str:
+    """The queue this host's schedulers add to: its own when named, else the shared one."""
+    return host_queue_name(settings.worker_name) if settings.worker_name_declared else SHARED_QUEUE
