@@ -70,9 +70,10 @@ async def serve(port: int, url: str) -> None:
     from pi_dispatch.infra.events import discard
     from pi_dispatch.infra.store import StoreAddress
     from pi_dispatch.infra.valkey import connect
+    from pi_dispatch.receiver.forges.spec import Served
     from pi_dispatch.receiver.guard import raise_descriptor_limit
     from pi_dispatch.receiver.rules import Rules
-    from pi_dispatch.receiver.server import Identities, Receiver, application
+    from pi_dispatch.receiver.server import Receiver, application
     from pi_dispatch.testing.receiving import default_limits
     from pi_dispatch.triggers.file import parse_triggers
 
@@ -80,7 +81,7 @@ async def serve(port: int, url: str) -> None:
     raise_descriptor_limit(descriptors_needed(limits.max_connections))
     rules = Rules.from_triggers(parse_triggers(json.dumps(TRIGGERS), "bench"))
     enqueuer = Enqueuer(StoreAddress(url), ForgeRouter(registry_reader(connect(url))))
-    receiver = Receiver(rules, enqueuer, discard, github_secret=SECRET, identities=Identities(github=999))
+    receiver = Receiver(rules, enqueuer, discard, {"github": Served(SECRET, identity=999)})
     runner = web.ServerRunner(application(receiver, limits), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port, backlog=4096).start()

@@ -19,9 +19,10 @@ from pi_dispatch.config.receiver_settings import ReceiverSettings
 from pi_dispatch.fleet.enqueue import Enqueued, Enqueuer
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.receiver.auth import hub_signature
+from pi_dispatch.receiver.forges.spec import Served
 from pi_dispatch.receiver.guard import ConnectionLimits
 from pi_dispatch.receiver.rules import Rules
-from pi_dispatch.receiver.server import Identities, Receiver, application
+from pi_dispatch.receiver.server import Receiver, application
 from pi_dispatch.triggers.file import Trigger
 
 DEMO_SECRET: Final = b"demo-webhook-secret"
@@ -73,7 +74,7 @@ class DemoReceiver:
 
     def __init__(self, triggers: list[Trigger], enqueuer: Enqueuer, log: EventLog) -> None:
         self.receiver = Receiver(
-            Rules.from_triggers(triggers), enqueuer, log, github_secret=DEMO_SECRET, identities=Identities(github=999)
+            Rules.from_triggers(triggers), enqueuer, log, {"github": Served(DEMO_SECRET, identity=999)}
         )
         # the defaults a receiver runs with when its settings leave them alone
         limits = ConnectionLimits.of(ReceiverSettings.model_construct())

@@ -1,3 +1,3 @@
-"""The webhook front door: the server, its boot, authentication, routes, rules and metrics; one module per forge in
-forges/.
+"""The webhook front door: the server, its boot, routes, rules and metrics; one package per forge in forges/ (its
+spec, deliveries, verification, identity and authority lookups).
 """

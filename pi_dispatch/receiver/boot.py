@@ -1,10 +1,10 @@
 """The receiver's life: boot in the reference's order, serve, reload the triggers live, stop on a signal.
 
-Boot: the configuration (exit 2 on a refusal); GitHub's identity when GitHub is served; the store judged (a
-refused password is a config error, exit 2; no answer within 20 s exits 1); the queue and the router; the other
-forges' identities; listen; watch the triggers file. A forge identity that cannot be had exits 2 when the forge
-refused and 1 when it did not answer within the retry window. A liveness endpoint, when configured, listens
-apart from the webhook port.
+Boot: the configuration (exit 2 on a refusal); the identity of each forge the reference connects first (GitHub's,
+when served); the store judged (a refused password is a config error, exit 2; no answer within 20 s exits 1); the
+queue and the router; the other forges' identities; listen; watch the triggers file. A forge identity that cannot
+be had exits 2 when the forge refused and 1 when it did not answer within the retry window. A liveness endpoint,
+when configured, listens apart from the webhook port.
 """
 
 from __future__ import annotations
@@ -29,22 +29,17 @@ from pi_dispatch.fleet.storeview import refuse_an_evicting_store
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.store import StoreAddress, store_of
-from pi_dispatch.infra.valkey import bounded, describe
+from pi_dispatch.infra.supervise import Loop, OnFailure, Supervisor
+from pi_dispatch.infra.valkey import STORE_FAULTS, bounded, describe
 from pi_dispatch.receiver.endpoints import ReceiverConfig
-from pi_dispatch.receiver.forges.authority import azure_membership, forgejo_permission, github_closer, gitlab_access
+from pi_dispatch.receiver.forges import registered
 from pi_dispatch.receiver.forges.http import ForgeCallError, ForgeClient
-from pi_dispatch.receiver.forges.identity import (
-    GitHubTokens,
-    azure_identity,
-    forgejo_identity,
-    github_identity,
-    gitlab_identity,
-    with_retry,
-)
+from pi_dispatch.receiver.forges.identity import with_retry
+from pi_dispatch.receiver.forges.spec import Retried, Served
 from pi_dispatch.receiver.guard import ConnectionLimits, raise_descriptor_limit
 from pi_dispatch.receiver.metrics import ReceiverMetrics
 from pi_dispatch.receiver.rules import Rules
-from pi_dispatch.receiver.server import Identities, Receiver, Resolvers, application
+from pi_dispatch.receiver.server import Receiver, application
 from pi_dispatch.receiver.spool import MB, Spool
 from pi_dispatch.triggers.file import Trigger
 from pi_dispatch.triggers.watch import TriggerWatch
@@ -76,7 +71,7 @@ async def judge_store(store: StoreAddress, window_s: float = STORE_WINDOW_S) -> 
             try:
                 await bounded(client.ping(), 2)
                 return
-            except Exception as error:
+            except STORE_FAULTS as error:
                 if any(word in str(error) for word in REFUSALS):
                     raise ConfigError(
                         [Problem("VALKEY_PASSWORD", "the store refuses it", fix="set the store's password")]
@@ -85,7 +80,7 @@ async def judge_store(store: StoreAddress, window_s: float = STORE_WINDOW_S) -> 
                     raise TimeoutError(f"Valkey did not answer within {window_s:g} s ({describe(error)})") from None
             await asyncio.sleep(1)
     finally:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*STORE_FAULTS):
             await bounded(client.aclose(), 2)
 
 
@@ -115,7 +110,7 @@ async def _health(
         try:
             await bounded(store.ping(), 1)
             state = "refusing-writes" if receiver.store_refusing else "ok"
-        except Exception:
+        except STORE_FAULTS:
             state = "unreachable"
         spooling = spool.enabled and spool.bytes < spool.max_bytes
         status = "ok" if state == "ok" else "spooling" if spooling else "store-unreachable"
@@ -137,51 +132,25 @@ async def _health(
     return runner
 
 
-Attempt = Callable[[], Awaitable[Any]]
-Retried = Callable[[str, Attempt], Awaitable[Any]]
-
-
-async def _github(config: ReceiverConfig, client: ForgeClient, retried: Retried, log: EventLog, found: _Found) -> None:
-    """GitHub's identity and its closer lookups, when GitHub is served; else say why it is not."""
-    if config.github is None:
-        reason = "no GitHub trigger in the triggers file, and GITHUB_AUTH_SOURCE is not set"
-        log("github_arm_skipped", {"reason": reason})
-        return
-    tokens = GitHubTokens(config.github, client)
-    found.identities.github = await retried("github", lambda: github_identity(tokens))
-    log("self_identity", {"id": found.identities.github, "source": config.github.source})
-    found.resolvers.github = functools.partial(github_closer, tokens)
-
-
-async def _other_forges(
-    config: ReceiverConfig, client: ForgeClient, retried: Retried, log: EventLog, found: _Found
+async def _connect(
+    config: ReceiverConfig, client: ForgeClient, retried: Retried, log: EventLog, found: _Found, *, early: bool
 ) -> None:
-    """Each armed forge's identity, and the lookup of each delivery's actor."""
-    identities, resolvers = found.identities, found.resolvers
-    if config.gitlab is not None:
-        gitlab = config.gitlab
-        identities.gitlab = await retried("gitlab", lambda: gitlab_identity(gitlab, client))
-        log("self_identity", {"forge": "gitlab", "id": identities.gitlab, "mode": gitlab.verifier.mode})
-        resolvers.gitlab = functools.partial(gitlab_access, gitlab, client)
-    if config.forgejo is not None:
-        forgejo = config.forgejo
-        identities.forgejo = await retried("forgejo", lambda: forgejo_identity(forgejo, client))
-        source = "FORGEJO_BOT_ID" if forgejo.bot_id is not None else "api"
-        log("self_identity", {"forge": "forgejo", "id": identities.forgejo, "source": source})
-        resolvers.forgejo = functools.partial(forgejo_permission, forgejo, client)
-    if config.azure is not None:
-        azure = config.azure
-        own = await retried("azure", lambda: azure_identity(azure, client))
-        identities.azure = own.as_identity()
-        mode = azure.verifier.mode
-        log("self_identity", {"forge": "azure", "id": own.id, "hasAccountName": own.email is not None, "mode": mode})
-        resolvers.azure = functools.partial(azure_membership, azure, client)
+    """Each armed forge of this phase connected in the reference's order (its own id, its authority lookup); a
+    forge that says why it is not served says so."""
+    for forge in registered():
+        if forge.early != early:
+            continue
+        arm = config.arms.get(forge.name)
+        if arm is None:
+            if forge.unarmed:
+                log(f"{forge.name}_arm_skipped", {"reason": forge.unarmed})
+            continue
+        found.served[forge.name] = await forge.connect(arm, client, retried, log)
 
 
 @dataclass
 class _Found:
-    identities: Identities = field(default_factory=Identities)
-    resolvers: Resolvers = field(default_factory=Resolvers)
+    served: dict[str, Served] = field(default_factory=dict)
     store: Any = None
     enqueuer: Enqueuer | None = None
 
@@ -190,19 +159,7 @@ def _receiver(
     config: ReceiverConfig, found: _Found, log: EventLog, error_log: EventLog, metrics: ReceiverMetrics | None
 ) -> Receiver:
     assert found.enqueuer is not None
-    return Receiver(
-        config.rules,
-        found.enqueuer,
-        log,
-        github_secret=config.webhook_secret if config.github is not None else None,
-        forgejo_secret=config.forgejo.secret if config.forgejo is not None else None,
-        gitlab=config.gitlab.verifier if config.gitlab is not None else None,
-        azure=config.azure.verifier if config.azure is not None else None,
-        identities=found.identities,
-        resolvers=found.resolvers,
-        error_log=error_log,
-        metrics=metrics,
-    )
+    return Receiver(config.rules, found.enqueuer, log, found.served, error_log=error_log, metrics=metrics)
 
 
 def _limits(config: ReceiverConfig, log: EventLog) -> ConnectionLimits:
@@ -245,17 +202,17 @@ async def serve(
     client, found = ForgeClient(), _Found()
     store = store_of(settings)
 
-    def retried(forge: str, attempt: Attempt) -> Awaitable[Any]:
+    def retried(forge: str, attempt: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
         return with_retry(forge, attempt, settings.identity_retry_seconds * 1000, log, sleep=sleep)
 
     try:
-        await _github(config, client, retried, log, found)
+        await _connect(config, client, retried, log, found, early=True)
         await judge_store(store)
         found.store = store.client()
         await refuse_an_evicting_store(found.store)
         router = store_router(found.store, log=log)
         found.enqueuer = Enqueuer(store, router)
-        await _other_forges(config, client, retried, log, found)
+        await _connect(config, client, retried, log, found, early=False)
     except (ConfigError, ForgeCallError, TimeoutError, OSError) as error:
         await _close(client, found)
         return _failed(error_log, error)
@@ -283,19 +240,25 @@ async def serve(
     watch = TriggerWatch(config.triggers_path, settings.triggers_file, swap, log)
     watch.start(config.triggers_text)
     name = f"{socket.gethostname()}:{settings.port}"
-    tasks = (asyncio.create_task(receiver.replay()), asyncio.create_task(_report(found.store, receiver, name)))
-    await stop.event.wait()
-    log("receiver_stopping", {"signal": stop.signal})
+    supervisor = Supervisor(error_log)
+    supervisor.start(
+        Loop("spool-replay", receiver.replay, OnFailure.RESTART, "a new drain starts at the oldest spooled"),
+        Loop("report", functools.partial(_report, found.store, receiver, name), OnFailure.RESTART,
+             "each report stands alone"),
+    )  # fmt: skip
+    stopping: asyncio.Future[object] = asyncio.ensure_future(stop.event.wait())
+    ended: asyncio.Future[object] = asyncio.ensure_future(supervisor.ended)
+    await asyncio.wait([stopping, ended], return_when=asyncio.FIRST_COMPLETED)
+    fault = supervisor.ended.result() if supervisor.ended.done() and not stopping.done() else None
+    log("receiver_stopping", {"signal": stop.signal} if fault is None else {"reason": fault})
+    stopping.cancel()
     watch.stop()
-    for task in tasks:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await supervisor.close()
     await runner.cleanup()
     if health is not None:
         await health.cleanup()
     await _close(client, found)
-    return ExitStatus.OK
+    return ExitStatus.OK if fault is None else ExitStatus.FAILURE
 
 
 async def _report(store: Any, receiver: Receiver, name: str) -> None:
@@ -304,7 +267,7 @@ async def _report(store: Any, receiver: Receiver, name: str) -> None:
     assert spool is not None
     while True:
         state = ReceiverState(name, spool.depth, spool.bytes, receiver.store_refusing, wall_ms())
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*STORE_FAULTS):
             await bounded(report_receiver(store, state), 1)
         await asyncio.sleep(REPORT_EVERY_S)
 
@@ -318,8 +281,8 @@ def _spool_dir(config: ReceiverConfig) -> Path:
 async def _close(client: ForgeClient, found: _Found) -> None:
     await client.close()
     if found.enqueuer is not None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*STORE_FAULTS):
             await found.enqueuer.close()
     if found.store is not None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(*STORE_FAULTS):
             await bounded(found.store.aclose(), 2)

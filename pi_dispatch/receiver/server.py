@@ -1,10 +1,11 @@
-"""The webhook surface: four forge endpoints, answered exactly as the reference answers them.
+"""The webhook surface: one endpoint per registered forge (`forges.registered`), answered exactly as the reference
+answers them.
 
-The path alone picks the endpoint (`/gitlab`, `/forgejo`, `/azure`; anything else is GitHub), never a header,
-so a request cannot choose which check it faces. Each endpoint runs its checks in the reference's order (the
-order is part of the wire contract: GitHub answers 401 for a missing signature before 400 for missing
-headers), then asks the forge about the actor where that forge needs it, runs the gate, fans out replicas
-and enqueues each copy on the queue the router picks. 2xx means handled; a delivery the store cannot take now is
+The path alone picks the endpoint (each forge's `path`; anything else is the default forge's), never a header, so a
+request cannot choose which check it faces. Each endpoint runs its checks in its forge's order (the order is part
+of the wire contract: one forge answers 401 for a missing signature before 400 for missing headers), then asks
+the forge about the actor where that forge needs it, runs the gate, fans out replicas and enqueues each copy on the
+queue the router picks. 2xx means handled; a delivery the store cannot take now is
 spooled on disk and answered 202 (`receiver/spool.py`), drained in order once the store is back; 503 asks the forge
 to redeliver (a full spool, an undecided authority).
 Logs hold ids, names and reasons only: never a body, a login, an email or a token.
@@ -17,31 +18,30 @@ import contextlib
 import functools
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aiohttp import web
+from redis.exceptions import RedisError
 
-from pi_dispatch.core.jobs import target_separator
+from pi_dispatch.core.errors import PiDispatchError
 from pi_dispatch.fleet.enqueue import Enqueuer
 from pi_dispatch.infra.events import EventLog
-from pi_dispatch.infra.valkey import STORE_ERRORS, describe
-from pi_dispatch.receiver.auth import AzureVerifier, GitLabVerifier
-from pi_dispatch.receiver.forges import azure, forgejo, github, gitlab
-from pi_dispatch.receiver.forges.authority import Authority, Undecided
-from pi_dispatch.receiver.forges.spec import JSON_TYPE, Answered, Forge
+from pi_dispatch.infra.valkey import describe, is_store_fault
+from pi_dispatch.receiver.forges import registered
+from pi_dispatch.receiver.forges.authority import Undecided
+from pi_dispatch.receiver.forges.spec import JSON_TYPE, Answered, Forge, Resolver, Served
 from pi_dispatch.receiver.guard import ConnectionLimits, GuardedServer
 from pi_dispatch.receiver.metrics import ReceiverMetrics
 from pi_dispatch.receiver.routes import Drop
 from pi_dispatch.receiver.rules import Rules
 from pi_dispatch.receiver.spool import Entry, Spool, SpoolFull
 
-FORGES: Final = (github.SPEC, gitlab.SPEC, forgejo.SPEC, azure.SPEC)
+FORGES: Final = registered()
+BY_NAME: Final[Mapping[str, Forge]] = {forge.name: forge for forge in FORGES}
 BY_PATH: Final[Mapping[str, Forge]] = {forge.path: forge for forge in FORGES if forge.path is not None}
-FORGE_PATHS: Final = tuple(BY_PATH)
-
-Resolver = Callable[..., Awaitable[Authority]]
+DEFAULT: Final = next(forge for forge in FORGES if forge.path is None)  # the forge that answers every other path
 
 
 @functools.lru_cache(maxsize=64)
@@ -72,49 +72,15 @@ def endpoint_path(raw_path: str) -> str:
     return path[:-1] if len(path) > 1 and path.endswith("/") else path
 
 
-def log_target(kind: str, job: Mapping[str, Any]) -> str:
-    """`issue#42` on GitHub and Forgejo; `<repo>!12` or `<repo>#5` on GitLab and Azure."""
-    found = job.get("target")
-    target: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
-    number = target.get("number")
-    if kind in ("github", "forgejo"):
-        return f"{target.get('type')}#{number}"
-    return f"{job.get('repo')}{target_separator(kind, target.get('type'))}{number}"
-
-
-@dataclass
-class Identities:
-    """The harness's own id on each served forge, resolved at boot (Azure's is `{id, email}`)."""
-
-    github: object = None
-    gitlab: object = None
-    forgejo: object = None
-    azure: object = None
-
-
-@dataclass
-class Resolvers:
-    """Per-delivery authority lookups, one per forge that needs one (None where the forge is not served)."""
-
-    github: Resolver | None = None
-    gitlab: Resolver | None = None
-    forgejo: Resolver | None = None
-    azure: Resolver | None = None
-
-
 @dataclass
 class Receiver:
-    """The four endpoints over one enqueuer; `rules` is swapped in place when the triggers file changes."""
+    """Every forge's endpoint over one enqueuer; `served` holds each served forge's credential, own id and authority
+    lookup by its name (a forge not in it answers 404); `rules` is swapped in place when the triggers file changes."""
 
     rules: Rules
     enqueuer: Enqueuer
     log: EventLog
-    github_secret: bytes | None = None
-    forgejo_secret: bytes | None = None
-    gitlab: GitLabVerifier | None = None
-    azure: AzureVerifier | None = None
-    identities: Identities = field(default_factory=Identities)
-    resolvers: Resolvers = field(default_factory=Resolvers)
+    served: Mapping[str, Served] = field(default_factory=dict)
     error_log: EventLog | None = None
     clock: Callable[[], float] = time.time
     metrics: ReceiverMetrics | None = None
@@ -124,44 +90,34 @@ class Receiver:
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        forge = BY_PATH.get(endpoint_path(request.raw_path), github.SPEC)
+        forge = BY_PATH.get(endpoint_path(request.raw_path), DEFAULT)
         response = await self._answer(request, forge)
         if self.metrics is not None:
             self.metrics.answered(forge.name, response.status)
         return response
 
-    def _credential(self, forge: Forge) -> object:
-        """What authenticates this forge's deliveries; None while the forge is not served."""
-        served = {
-            "github": self.github_secret,
-            "forgejo": self.forgejo_secret,
-            "gitlab": self.gitlab,
-            "azure": self.azure,
-        }
-        return served[forge.name]
-
     async def _answer(self, request: web.BaseRequest, forge: Forge) -> web.StreamResponse:
-        credential = self._credential(forge)
-        if credential is None:
+        served = self.served.get(forge.name)
+        if served is None or served.credential is None:
             return answer(404, {"error": f"{forge.name} webhooks are not configured"})
         try:
-            return await self._serve(request, forge, credential)
+            return await self._serve(request, forge, served)
         except Answered as answered:
             if answered.status in REFUSALS_LOGGED:  # the reason the forge is told, never the body or a secret
                 reason = (answered.body or {}).get("error", "")
                 self.log("delivery_refused", {"forge": forge.name, "status": answered.status, "reason": reason})
             return answer(answered.status, answered.body, answered.close)
 
-    async def _serve(self, request: web.BaseRequest, forge: Forge, credential: object) -> web.StreamResponse:
+    async def _serve(self, request: web.BaseRequest, forge: Forge, served: Served) -> web.StreamResponse:
         """One forge's checks in its own order, the authority it needs, its gate, then every replica enqueued."""
         hint = forge.delivery_hint(request.headers)
         try:
-            delivery = await forge.verify(request, credential, self.clock())
-            rules, own = self.rules.of(forge.name), getattr(self.identities, forge.name)
-            verdict: object = None  # GitHub's gate reads None as "not asked": its authority is in the payload
+            delivery = await forge.verify(request, served.credential, self.clock())
+            rules, own = self.rules.of(forge.name), served.identity
+            verdict: object = None  # a gate reads None as "not asked" (where its authority is in the payload)
             lookup = forge.authority
             if lookup.needed(delivery, rules, own):
-                resolver = getattr(self.resolvers, forge.name)
+                resolver = served.resolver
                 verdict = await self._ask(
                     resolver, lookup.event, lookup.error, delivery.id, *lookup.subject(delivery.payload)
                 )
@@ -169,7 +125,7 @@ class Receiver:
             return await self._enqueue(forge.name, found, delivery.id)
         except Answered:
             raise
-        except Exception as error:
+        except Exception as error:  # broad: the request's edge; a bug on one delivery answers 500, logged
             return self._internal(
                 forge.internal_event, forge.internal_fields(hint, error), {"error": forge.internal_error}
             )
@@ -195,7 +151,7 @@ class Receiver:
         count = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 1 else 1
         created = 0
         flow = {"flow": found["flow"]} if "flow" in found else {}
-        shown = {"delivery": delivery, "repo": found.get("repo"), "target": log_target(kind, found), **flow}
+        shown = {"delivery": delivery, "repo": found.get("repo"), "target": BY_NAME[kind].target(found), **flow}
         for replica in range(1, count + 1):
             copy = found if count == 1 else {**found, "replica": replica}
             placed = await self.enqueuer.enqueue_forge_job(kind, copy)
@@ -219,9 +175,9 @@ class Receiver:
             return await self._spooled(kind, found, str(delivery), "behind-spool")
         try:
             created = await self._place(kind, found, delivery)
-        except Exception as error:
+        except (PiDispatchError, RedisError, OSError) as error:  # the store away or refusing the add; no job id
             self.log("enqueue_failed", {"delivery": delivery, "reason": describe(error)})
-            self.store_refusing = isinstance(error, STORE_ERRORS)
+            self.store_refusing = is_store_fault(error)
             if not spooling or not self.store_refusing:
                 return answer(503, {"error": "enqueue-failed"})
             return await self._spooled(kind, found, str(delivery), "store-refused")
@@ -269,7 +225,7 @@ class Receiver:
                         waiting = True
                         break
                     waiting, replayed = False, replayed + (outcome == "replayed")
-            except Exception as error:  # the drain goes on at the next pause, whatever this was
+            except OSError as error:  # the spool's folder refusing a read: the drain goes on at the next pause
                 (self.error_log or self.log)("spool_replay_failed", {"reason": describe(error)})
             if replayed and not spool.depth:
                 self.log("spool_drained", {"replayed": replayed})
@@ -279,12 +235,12 @@ class Receiver:
         waited_ms = max(0, int(self.clock() * 1000) - entry.at_ms)
         try:
             await self._place(entry.kind, entry.job, entry.delivery, spooled=True, waitedMs=waited_ms)
-        except STORE_ERRORS as error:
-            self.store_refusing = True
-            if not waiting:
-                self.log("spool_replay_blocked", {"entries": spool.depth, "reason": describe(error)})
-            return "waiting"
-        except Exception as error:  # about the entry itself: replaying it again cannot succeed
+        except Exception as error:  # broad: the store's fault waits; anything else is about the entry (or a bug on it)
+            if is_store_fault(error):
+                self.store_refusing = True
+                if not waiting:
+                    self.log("spool_replay_blocked", {"entries": spool.depth, "reason": describe(error)})
+                return "waiting"
             async with self._spooling:
                 spool.set_aside(entry.path, describe(error), entry)
             self._count("set-aside")

@@ -54,8 +54,9 @@ async def serve(port: int) -> None:
 
     from pi_dispatch.fleet.enqueue import Enqueuer, store_router
     from pi_dispatch.infra.store import store_from_environ
+    from pi_dispatch.receiver.forges.spec import Served
     from pi_dispatch.receiver.rules import Rules
-    from pi_dispatch.receiver.server import Identities, Receiver, application
+    from pi_dispatch.receiver.server import Receiver, application
     from pi_dispatch.testing.receiving import default_limits
     from pi_dispatch.triggers.file import parse_triggers
 
@@ -68,7 +69,7 @@ async def serve(port: int) -> None:
     store = store_from_environ()
     rules = Rules.from_triggers(parse_triggers(json.dumps(TRIGGERS), "bench"))
     enqueuer = Enqueuer(store, store_router(store.client()))
-    receiver = Receiver(rules, enqueuer, refusals, github_secret=SECRET, identities=Identities(github=999))
+    receiver = Receiver(rules, enqueuer, refusals, {"github": Served(SECRET, identity=999)})
     runner = web.ServerRunner(application(receiver, default_limits()), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()

@@ -9,14 +9,9 @@ import pytest
 from multidict import CIMultiDict
 
 from pi_dispatch.core.errors import ConfigError
-from pi_dispatch.receiver.auth import (
-    AzureVerifier,
-    GitLabVerifier,
-    gitlab_signing_key,
-    hub_signature,
-    hub_signature_valid,
-    secret_equals,
-)
+from pi_dispatch.receiver.auth import hub_signature, hub_signature_valid
+from pi_dispatch.receiver.forges.azure.access import AzureVerifier, secret_equals
+from pi_dispatch.receiver.forges.gitlab.access import GitLabVerifier, gitlab_signing_key
 from tests.support.receiving import gitlab_signature_headers
 
 BODY = b'{"action":"labeled"}'

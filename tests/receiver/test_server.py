@@ -13,13 +13,10 @@ import pytest
 
 from pi_dispatch.fleet.enqueue import Enqueued, Enqueuer, ForgeRouter
 from pi_dispatch.infra.store import StoreAddress
-from pi_dispatch.receiver.endpoints import GitHubAuth
-from pi_dispatch.receiver.forges.authority import github_closer
+from pi_dispatch.receiver.forges.github.access import GitHubAuth, GitHubTokens, github_closer
 from pi_dispatch.receiver.forges.http import ForgeClient
-from pi_dispatch.receiver.forges.identity import GitHubTokens
-from pi_dispatch.receiver.server import Resolvers
 from tests.support.fakeforge import FakeForge, Reply
-from tests.support.receiving import github_headers, queued_jobs, rules_of, served
+from tests.support.receiving import Resolvers, github_headers, queued_jobs, rules_of, served
 
 pytestmark = pytest.mark.redis
 

@@ -20,10 +20,14 @@ from aiohttp import web
 from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter
 from pi_dispatch.infra.events import Recorder
 from pi_dispatch.infra.store import StoreAddress
-from pi_dispatch.receiver.auth import AzureVerifier, GitLabVerifier, hub_signature
+from pi_dispatch.receiver.auth import hub_signature
+from pi_dispatch.receiver.forges.azure.access import AzureVerifier
+from pi_dispatch.receiver.forges.gitlab.access import GitLabVerifier
+from pi_dispatch.receiver.forges.spec import Resolver
+from pi_dispatch.receiver.forges.spec import Served as ForgeServed
 from pi_dispatch.receiver.guard import ConnectionLimits
 from pi_dispatch.receiver.rules import Rules
-from pi_dispatch.receiver.server import Identities, Receiver, Resolvers, application
+from pi_dispatch.receiver.server import Receiver, application
 from pi_dispatch.receiver.spool import Spool
 from pi_dispatch.testing.receiving import default_limits
 from pi_dispatch.triggers.file import parse_triggers
@@ -55,6 +59,26 @@ def gitlab_signature_headers(
     when = str(int(stamp if stamp is not None else time.time()))
     mac = hmac.new(key, f"{ident}.{when}.".encode() + body, hashlib.sha256).digest()
     return {"webhook-id": ident, "webhook-timestamp": when, "webhook-signature": "v1," + base64.b64encode(mac).decode()}
+
+
+@dataclass
+class Identities:
+    """The harness's own id on each forge a test serves (Azure's is `{id, email}`)."""
+
+    github: object = None
+    gitlab: object = None
+    forgejo: object = None
+    azure: object = None
+
+
+@dataclass
+class Resolvers:
+    """The authority lookup of each forge a test serves that needs one."""
+
+    github: Resolver | None = None
+    gitlab: Resolver | None = None
+    forgejo: Resolver | None = None
+    azure: Resolver | None = None
 
 
 @dataclass
@@ -107,16 +131,22 @@ async def served(
     log, errors = Recorder(), Recorder()
     store = connect(valkey_url)
     enqueuer = enqueuer or Enqueuer(StoreAddress(valkey_url), ForgeRouter(registry_reader(store), log=log))
+    credentials = {
+        "github": github_secret.encode() if github_secret is not None else None,
+        "forgejo": forgejo_secret.encode() if forgejo_secret is not None else None,
+        "gitlab": gitlab,
+        "azure": azure,
+    }
+    own, lookups = identities or Identities(github=999, gitlab=999, forgejo=999), resolvers or Resolvers()
     receiver = Receiver(
         rules,
         enqueuer,
         log,
-        github_secret=github_secret.encode() if github_secret is not None else None,
-        forgejo_secret=forgejo_secret.encode() if forgejo_secret is not None else None,
-        gitlab=gitlab,
-        azure=azure,
-        identities=identities or Identities(github=999, gitlab=999, forgejo=999),
-        resolvers=resolvers or Resolvers(),
+        {
+            name: ForgeServed(credential, getattr(own, name), getattr(lookups, name))
+            for name, credential in credentials.items()
+            if credential is not None
+        },
         error_log=errors,
         spool=spool,
     )

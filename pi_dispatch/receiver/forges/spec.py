@@ -1,9 +1,12 @@
-"""What a forge is to the server: one `Forge` spec each, and the request checks the four share.
+"""What a forge is to the receiver: one `Forge` spec each, and the request checks the forges share.
 
-A spec says everything that differs between forges: the path that reaches it, where a delivery's id is before
-anything is verified (for the log), how a request is authenticated and its body read (`verify`, in that forge's
-own order: the order is part of the wire contract), which authority lookup the gate needs and when, the gate, and
-what an internal error is logged and answered as. The server runs one handler over these; a forge is one module.
+A spec says everything that differs between forges: how it is armed from the settings (`arm`, refusals named), how
+it connects at boot (its own id there and its authority lookup, `connect`), the path that reaches it, where a
+delivery's id is before anything is verified (for the log), how a request is authenticated and its body read
+(`verify`, in that forge's own order: the order is part of the wire contract), which authority lookup the gate needs
+and when, the gate, how a job's target reads in the log, and what an internal error is logged and answered as.
+Endpoints, boot and the server run over the registered specs (`forges.registered`) and never name a forge; a forge
+is one package under `forges/`, found by being there.
 """
 
 from __future__ import annotations
@@ -11,15 +14,23 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import ClientPayloadError, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from pi_dispatch.core.errors import Problem
+from pi_dispatch.core.jobs import target_separator
+from pi_dispatch.infra.events import EventLog
 from pi_dispatch.receiver.auth import hub_signature_valid
+from pi_dispatch.receiver.forges.authority import Authority
+from pi_dispatch.receiver.forges.http import ForgeClient
 from pi_dispatch.receiver.guard import BODY_DEADLINE
-from pi_dispatch.receiver.rules import ForgeRules
+from pi_dispatch.receiver.rules import ForgeRules, Rules
+
+if TYPE_CHECKING:
+    from pi_dispatch.config.receiver_settings import ReceiverSettings
 
 MAX_BODY: Final = 2 * 1024 * 1024  # inclusive
 JSON_TYPE: Final = "application/json"
@@ -58,9 +69,70 @@ Verify = Callable[[web.BaseRequest, Any, float], Awaitable[Delivery]]
 Gate = Callable[[Delivery, ForgeRules, frozenset[str], object, object], object]
 
 
+Resolver = Callable[..., Awaitable[Authority]]
+# retried(forge, attempt): the attempt's answer, tried again on transient failures within the identity window
+Retried = Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Arming:
+    """What a forge is armed from: the settings, the environment (for a variable a setting names), the triggers'
+    rules, where the settings came from, and the refusals found so far (every one is named, then boot refuses)."""
+
+    settings: ReceiverSettings
+    environment: Mapping[str, str]
+    rules: Rules
+    source: str
+    problems: list[Problem] = field(default_factory=list)
+
+    def require(self, values: Mapping[str, object], forge: str) -> bool:
+        """Whether every one of a forge's variables is set; each that is not is a refusal."""
+        fix = f"set it, or unset every {forge} variable"
+        missing = [
+            Problem(name, f"is required once {forge} is configured", self.source, fix)
+            for name, value in values.items()
+            if value in (None, "")
+        ]
+        self.problems.extend(missing)
+        return not missing
+
+
+@dataclass(frozen=True)
+class Served:
+    """A served forge at run time: what authenticates its deliveries, its own id there (its own events never start
+    a job), and its authority lookup (None: the forge has none)."""
+
+    credential: object
+    identity: object = None
+    resolver: Resolver | None = None
+
+
+Connect = Callable[[Any, ForgeClient, Retried, EventLog], Awaitable[Served]]
+
+
+def item_target(job: Mapping[str, Any]) -> str:
+    """`issue#42`: the item's type and number."""
+    found = job.get("target")
+    target: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    return f"{target.get('type')}#{target.get('number')}"
+
+
+def repo_target(kind: str) -> Callable[[Mapping[str, Any]], str]:
+    """`<repo>!12` or `<repo>#5`: the repository, the forge's separator for the item's type, its number."""
+
+    def target_of(job: Mapping[str, Any]) -> str:
+        found = job.get("target")
+        target: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        return f"{job.get('repo')}{target_separator(kind, target.get('type'))}{target.get('number')}"
+
+    return target_of
+
+
 @dataclass(frozen=True)
 class Forge:
-    """One forge's spec. `path` None: the default endpoint (GitHub answers every path no other forge claims)."""
+    """One forge's spec. `path` None: the default endpoint (the one forge that answers every path no other claims).
+    `order`: its place in the reference's order (refusals, logs, metrics); `early`: connected before the store is
+    judged, as the reference boots it; `unarmed`: why it is not served, logged when it is not."""
 
     name: str
     path: str | None
@@ -68,6 +140,12 @@ class Forge:
     verify: Verify
     authority: AuthorityLookup
     gate: Gate
+    arm: Callable[[Arming], object | None]
+    connect: Connect
+    target: Callable[[Mapping[str, Any]], str] = item_target
+    order: int = 0
+    early: bool = False
+    unarmed: str = ""
     internal_event: str = "verify_handler_error"  # what the log calls an internal error
     internal_error: str = "internal error"  # and the 500 body's `error`
 

@@ -5,17 +5,12 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from pi_dispatch.receiver.auth import AzureVerifier, GitLabVerifier
-from pi_dispatch.receiver.endpoints import AzureArm, ForgejoArm, GitHubAuth, GitLabArm
-from pi_dispatch.receiver.forges.authority import (
-    Undecided,
-    azure_membership,
-    forgejo_permission,
-    github_closer,
-    gitlab_access,
-)
+from pi_dispatch.receiver.forges.authority import Undecided
+from pi_dispatch.receiver.forges.azure.access import AzureArm, AzureVerifier, azure_membership
+from pi_dispatch.receiver.forges.forgejo.access import ForgejoArm, forgejo_permission
+from pi_dispatch.receiver.forges.github.access import GitHubAuth, GitHubTokens, github_closer
+from pi_dispatch.receiver.forges.gitlab.access import GitLabArm, GitLabVerifier, gitlab_access
 from pi_dispatch.receiver.forges.http import ForgeClient
-from pi_dispatch.receiver.forges.identity import GitHubTokens
 from tests.support.fakeforge import FakeForge, Reply
 
 CLOSED_PORT = "http://127.0.0.1:1"
@@ -191,7 +186,7 @@ async def test_azure_membership(forge: FakeForge, forge_client: ForgeClient) -> 
 
 
 def test_the_graph_host_is_vssps() -> None:
-    from pi_dispatch.receiver.forges.authority import _AzureGraph
+    from pi_dispatch.receiver.forges.azure.access import _AzureGraph
 
     graph = _AzureGraph(azure("https://dev.azure.com/fabrikam"), ForgeClient())
     assert graph.base == "https://vssps.dev.azure.com/fabrikam"

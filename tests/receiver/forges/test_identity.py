@@ -10,17 +10,12 @@ import pytest
 
 from pi_dispatch.core.errors import ExitStatus
 from pi_dispatch.infra.events import Recorder
-from pi_dispatch.receiver.auth import AzureVerifier, GitLabVerifier
-from pi_dispatch.receiver.endpoints import AzureArm, ForgejoArm, GitHubAuth, GitLabArm
+from pi_dispatch.receiver.forges.azure.access import AzureArm, AzureVerifier, azure_identity
+from pi_dispatch.receiver.forges.forgejo.access import ForgejoArm, forgejo_identity
+from pi_dispatch.receiver.forges.github.access import GitHubAuth, GitHubTokens, github_identity
+from pi_dispatch.receiver.forges.gitlab.access import GitLabArm, GitLabVerifier, gitlab_identity
 from pi_dispatch.receiver.forges.http import Answer, ForgeCallError, ForgeClient, status_transient
-from pi_dispatch.receiver.forges.identity import (
-    GitHubTokens,
-    azure_identity,
-    forgejo_identity,
-    github_identity,
-    gitlab_identity,
-    with_retry,
-)
+from pi_dispatch.receiver.forges.identity import with_retry
 from tests.support.fakeforge import FakeForge, Reply
 
 

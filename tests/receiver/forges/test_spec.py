@@ -13,14 +13,14 @@ import pytest
 
 from pi_dispatch.fleet.enqueue import Enqueued, Enqueuer, ForgeRouter
 from pi_dispatch.infra.store import StoreAddress
-from pi_dispatch.receiver.auth import AzureVerifier, GitLabVerifier, hub_signature
-from pi_dispatch.receiver.endpoints import AzureArm, ForgejoArm, GitLabArm
-from pi_dispatch.receiver.forges.authority import azure_membership, forgejo_permission, gitlab_access
+from pi_dispatch.receiver.auth import hub_signature
+from pi_dispatch.receiver.forges.azure.access import AzureArm, AzureVerifier, azure_membership
+from pi_dispatch.receiver.forges.forgejo.access import ForgejoArm, forgejo_permission
+from pi_dispatch.receiver.forges.gitlab.access import GitLabArm, GitLabVerifier, gitlab_access
 from pi_dispatch.receiver.forges.http import ForgeClient
-from pi_dispatch.receiver.server import Identities, Resolvers
 from tests.receiver.test_server import no_hosts
 from tests.support.fakeforge import FakeForge, Reply
-from tests.support.receiving import GITHUB_SECRET, queued_jobs, rules_of, served
+from tests.support.receiving import GITHUB_SECRET, Identities, Resolvers, queued_jobs, rules_of, served
 
 pytestmark = pytest.mark.redis
 TOKEN = "a-shared-secret"

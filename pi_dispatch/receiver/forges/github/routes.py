@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from pi_dispatch.core.jscompat import MISSING, get, is_integer, is_number, js_trim, truthy
-from pi_dispatch.receiver.forges.spec import AuthorityLookup, Delivery, Forge, hub_hint, hub_verify
+from pi_dispatch.receiver.forges.spec import Delivery
 from pi_dispatch.receiver.routes import (
     Drop,
     Verdict,
@@ -224,18 +224,3 @@ def gate(
 
 def _gate(d: Delivery, rules: ForgeRules, flows: frozenset[str], self_id: object, closer: object) -> Verdict:
     return gate(d.event, d.payload, rules, flows, self_id=self_id, delivery=d.id, closer=closer)
-
-
-SPEC: Final = Forge(
-    name="github",
-    path=None,
-    delivery_hint=hub_hint,
-    verify=hub_verify(project),
-    authority=AuthorityLookup(
-        "github_permission_lookup_failed",
-        "permission-lookup-failed",
-        lambda p: (p["repository"]["full_name"], p["sender"]["login"]),
-        needed=lambda d, rules, self_id: wants_closer_authority(d.event, d.payload, rules, self_id),
-    ),
-    gate=_gate,
-)

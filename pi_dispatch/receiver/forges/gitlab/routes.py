@@ -13,12 +13,10 @@ from typing import Any, Final
 from aiohttp import web
 
 from pi_dispatch.core.jscompat import MISSING, get, is_integer, is_number, truthy
-from pi_dispatch.receiver.auth import GitLabVerifier
+from pi_dispatch.receiver.forges.gitlab.access import GitLabVerifier
 from pi_dispatch.receiver.forges.spec import (
     Answered,
-    AuthorityLookup,
     Delivery,
-    Forge,
     as_text,
     parsed,
     read_body,
@@ -226,16 +224,3 @@ async def _verify(request: web.BaseRequest, verifier: GitLabVerifier, now_s: flo
 
 def _gate(d: Delivery, rules: ForgeRules, flows: frozenset[str], self_id: object, verdict: object) -> Verdict:
     return gate(d.payload, rules, flows, self_id=self_id, authorized=verdict, delivery=d.id)
-
-
-SPEC: Final = Forge(
-    name="gitlab",
-    path="/gitlab",
-    delivery_hint=_delivery_id,
-    verify=_verify,
-    authority=AuthorityLookup(
-        "gitlab_access_lookup_failed", "access-lookup-failed", lambda p: (p["project"]["id"], p["user"]["id"])
-    ),
-    gate=_gate,
-    internal_event="gitlab_verify_handler_error",
-)

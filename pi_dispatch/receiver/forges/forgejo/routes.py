@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pi_dispatch.core.jscompat import get, is_integer, is_number, truthy
-from pi_dispatch.receiver.forges.spec import AuthorityLookup, Delivery, Forge, hub_hint, hub_verify
+from pi_dispatch.receiver.forges.spec import Delivery
 from pi_dispatch.receiver.routes import (
     Drop,
     Job,
@@ -187,17 +187,3 @@ def gate(
 
 def _gate(d: Delivery, rules: ForgeRules, flows: frozenset[str], self_id: object, verdict: object) -> Verdict:
     return gate(d.event, d.payload, rules, flows, self_id=self_id, authorized=verdict, delivery=d.id)
-
-
-SPEC: Final = Forge(
-    name="forgejo",
-    path="/forgejo",
-    delivery_hint=hub_hint,
-    verify=hub_verify(project),
-    authority=AuthorityLookup(
-        "forgejo_permission_lookup_failed",
-        "permission-lookup-failed",
-        lambda p: (p["repository"]["full_name"], p["sender"]["login"]),
-    ),
-    gate=_gate,
-)

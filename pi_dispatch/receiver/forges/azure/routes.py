@@ -16,10 +16,9 @@ from typing import Any, Final
 from aiohttp import web
 
 from pi_dispatch.core.jscompat import JS_SPACE, MISSING, get, js_trim, nullish
-from pi_dispatch.receiver.auth import AzureVerifier
+from pi_dispatch.receiver.forges.azure.access import AzureVerifier
 from pi_dispatch.receiver.forges.spec import (
     Answered,
-    AuthorityLookup,
     Delivery,
     Forge,
     parsed,
@@ -242,7 +241,9 @@ def gate(
     return job_literal(f"{project_name}/{repository}", target, execution, trigger, {"azure": scope})
 
 
-class _AzureForge(Forge):
+class AzureForge(Forge):
+    """Azure's spec: its internal errors logged by their kind, not by a delivery id."""
+
     def internal_fields(self, hint: object, error: Exception) -> Mapping[str, object]:
         """Azure's delivery id is in the body, which may be what failed: the log says what went wrong instead."""
         del hint
@@ -263,19 +264,3 @@ async def _verify(request: web.BaseRequest, verifier: AzureVerifier, _now_s: flo
 
 def _gate(d: Delivery, rules: ForgeRules, flows: frozenset[str], self_id: object, verdict: object) -> Verdict:
     return gate(d.payload, rules, flows, self_id=self_id, authorized=verdict, delivery=d.id)
-
-
-SPEC: Final = _AzureForge(
-    name="azure",
-    path="/azure",
-    delivery_hint=lambda _headers: None,
-    verify=_verify,
-    authority=AuthorityLookup(
-        "azure_membership_lookup_failed",
-        "membership-lookup-failed",
-        lambda p: (p.get("project", {}).get("id"), p["actor"]),
-    ),
-    gate=_gate,
-    internal_event="azure_verify_handler_error",
-    internal_error="internal",
-)
