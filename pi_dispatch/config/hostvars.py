@@ -1,9 +1,9 @@
 """An inventory host's `pi_dispatch_worker_*` variables: checked, and rendered into the env file its worker reads.
 
-Each worker setting has one host variable (`WorkerSettings` says which); the worker role's own variables
-share the prefix but never reach the env file, and are declared here once (`RoleVars`). One rendering rule
-serves `pi-dispatch config render` and the Ansible role alike, so the two produce the same bytes. Nothing
-here needs Ansible: the loader that reads an inventory lives in `fleet/inventory.py`, for the controller.
+Each worker setting has one host variable (`WorkerSettings` says which); the worker role's own variables share
+the prefix but never reach the env file (`rolevars.py` declares them, and the form of every host variable). One
+rendering rule serves `pi-dispatch config render` and the Ansible role alike, so the two produce the same bytes.
+Nothing here needs Ansible: the loader that reads an inventory lives in `fleet/inventory.py`, for the controller.
 """
 
 from __future__ import annotations
@@ -12,34 +12,21 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Any, Final
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from pi_dispatch.config.envfile import parse_env_text, render_env
-from pi_dispatch.config.kinds import (
-    ABSOLUTE_PATH,
-    X_FIX,
-    Bounds,
-    FlagForm,
-    Form,
-    ProfilesForm,
-    TextForm,
-    extra,
-    field_problems,
-    form_of,
-    matching,
-    refused,
-)
-from pi_dispatch.config.patterns import schema_pattern
+from pi_dispatch.config.forms import ProfilesForm, TextForm
+from pi_dispatch.config.kinds import field_problems, form_of
+from pi_dispatch.config.rolevars import PREFIX, RoleVars, host_forms
 from pi_dispatch.config.schemas import problems
-from pi_dispatch.config.worker_settings import WorkerSettings, check_worker_env, fields_by_variable, host_variable
+from pi_dispatch.config.worker_settings import check_worker_env, fields_by_variable, host_variable
 from pi_dispatch.core.errors import ConfigError, Problem
-from pi_dispatch.core.names import HOST_VAR_PREFIX, PROFILE_NAME_RE
+from pi_dispatch.core.names import PROFILE_NAME_RE
 from pi_dispatch.core.profiles import ABSOLUTE_SCRIPT, MAX_PROFILES
 from pi_dispatch.infra.valkey import redacted
 
-PREFIX: Final = HOST_VAR_PREFIX
 WORKERS_GROUP: Final = "pi_dispatch_workers"
 STORE_GROUP: Final = "pi_dispatch_store"
 HEADER: Final = "Rendered by pi-dispatch from the inventory for host {host}; a rollout overwrites edits."
@@ -91,159 +78,6 @@ class InventoryHost:
 
 def _table(value: object) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
-
-
-# -- the role's own variables ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class AnyTextForm(Form):
-    def noun(self, bounds: Bounds) -> str:
-        return "text"
-
-    def host_schema(self, bounds: Bounds) -> dict[str, Any]:
-        return {"type": "string"}
-
-
-@dataclass(frozen=True, kw_only=True)
-class GidForm(Form):
-    def host_types(self) -> tuple[type, ...]:
-        return (int, str)
-
-    def noun(self, bounds: Bounds) -> str:
-        return "a gid, or empty"
-
-    def host_schema(self, bounds: Bounds) -> dict[str, Any]:
-        return {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 2**31 - 1}, {"const": ""}]}
-
-
-@dataclass(frozen=True, kw_only=True)
-class ScriptsForm(Form):
-    def host_types(self) -> tuple[type, ...]:
-        return (dict,)
-
-    def noun(self, bounds: Bounds) -> str:
-        return "absolute destination paths mapped to source files"
-
-    def host_schema(self, bounds: Bounds) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "additionalProperties": {"type": "string"},
-            "propertyNames": {"pattern": schema_pattern(ABSOLUTE_PATH)},
-        }
-
-
-def _gid(value: object) -> object:
-    if (isinstance(value, str) and value != "") or (isinstance(value, int) and not 1 <= value <= 2**31 - 1):
-        raise refused()
-    return value
-
-
-def _scripts(value: object) -> object:
-    if isinstance(value, Mapping) and not all(
-        isinstance(dest, str) and re.fullmatch(ABSOLUTE_PATH, dest) and isinstance(source, str)
-        for dest, source in value.items()
-    ):
-        raise refused()
-    return value
-
-
-_USER: Final = TextForm(pattern=r"[a-z_][a-z0-9_-]{0,31}", what="a user name")
-_ABSOLUTE: Final = TextForm(pattern=ABSOLUTE_PATH, what="an absolute path")
-# The role's variables arrive typed from the inventory; the type check before validation has refused other types.
-Text = Annotated[str | None, AnyTextForm()]
-UserName = Annotated[str | None, matching(_USER), _USER]
-AbsolutePath = Annotated[str | None, matching(_ABSOLUTE), _ABSOLUTE]
-Switch = Annotated[bool | None, FlagForm()]
-Gid = Annotated[int | str | None, BeforeValidator(_gid), GidForm()]
-Scripts = Annotated[dict[str, str] | None, BeforeValidator(_scripts), ScriptsForm()]
-
-
-def role_var(suffix: str, description: str, fix: str) -> Any:
-    return Field(
-        None, validation_alias=PREFIX + suffix, description=f"Role: {description}", json_schema_extra={X_FIX: fix}
-    )
-
-
-class RoleVars(BaseModel):
-    """The worker role's own variables: they share the prefix but never reach the env file."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    package: Text = role_var(
-        "package",
-        "what to install: a pip requirement, or a wheel file on the controller; empty installs the wheel "
-        "ansible/site.yml builds from its checkout. Pin it to upgrade or roll back.",
-        "a requirement such as pi-dispatch==0.1.0, a path ending in .whl, or empty",
-    )
-    service_state: Text = role_var(
-        "service_state", "the worker unit's state (started by default).", "started, stopped or restarted"
-    )
-    service_enabled: Switch = role_var("service_enabled", "whether the worker starts at boot.", "true or false")
-    user: UserName = role_var("user", "the system user the worker runs as.", "a user name such as pi-dispatch")
-    home: AbsolutePath = role_var(
-        "home", "the worker user's home, writable by the worker.", "an absolute path such as /var/lib/pi-dispatch"
-    )
-    venv: AbsolutePath = role_var(
-        "venv", "where the package's venv is installed.", "an absolute path such as /opt/pi-dispatch/venv"
-    )
-    env_file: AbsolutePath = role_var(
-        "env_file",
-        "where the rendered env file goes (mode 0600).",
-        "an absolute path such as /etc/pi-dispatch/worker.env",
-    )
-    install_docker: Switch = role_var("install_docker", "install docker.io from Debian.", "true or false")
-    isolate_jobs: Switch = role_var(
-        "isolate_jobs",
-        "keep jobs to the internet (on by default): a oneshot unit runs `pi-dispatch job-network` for the network "
-        "pi_dispatch_worker_job_network names each time Docker starts, so jobs reach neither this host, the store, "
-        "private ranges nor 169.254.169.254.",
-        "true or false; with true, set pi_dispatch_worker_job_network to the network's name (pi-jobs)",
-    )
-    isolate_jobs_deny: Text = role_var(
-        "isolate_jobs_deny",
-        "addresses or IPv4 ranges jobs must not reach besides the private ones (a store on a public address), "
-        "comma-separated.",
-        "such as 203.0.113.7,198.51.100.0/24, or empty",
-    )
-    docker_proxy: Switch = role_var(
-        "docker_proxy",
-        "reach Docker through a socket proxy that passes only the worker's calls, instead of the docker group.",
-        "true or false",
-    )
-    docker_gid: Gid = role_var(
-        "docker_gid", "the docker group's gid when it must match a socket made elsewhere.", "a gid, or empty"
-    )
-    scripts: Scripts = role_var(
-        "scripts",
-        "resolver and check scripts to deploy, destination path -> source file on the controller (relative to "
-        "pi_dispatch_worker_scripts_dir).",
-        "absolute destination paths mapped to source files",
-    )
-    scripts_dir: Text = role_var(
-        "scripts_dir",
-        "the controller folder relative script sources are found in (default: the inventory's files/).",
-        "a folder on the controller",
-    )
-    triggers_source: Text = role_var(
-        "triggers_source",
-        "this host's triggers file on the controller (absolute, or in pi_dispatch_worker_scripts_dir): installed "
-        "0644 next to the env file as PI_TRIGGERS_FILE, its cron entries scheduled on this host; the audit reads "
-        "it. Unset: no cron on this host.",
-        "a file on the controller, such as mini1-triggers.json beside the scripts",
-    )
-
-
-def host_forms() -> dict[str, tuple[Form, str]]:
-    """Every `pi_dispatch_worker_*` variable: its form and its fix, the worker's settings first."""
-    forms = {
-        variable: (form_of(info), extra(info, X_FIX))
-        for name, info in WorkerSettings.model_fields.items()
-        if (variable := host_variable(name, info)) is not None
-    }
-    for info in RoleVars.model_fields.values():
-        forms[str(info.validation_alias)] = (form_of(info), extra(info, X_FIX))
-    return forms
 
 
 # -- checks and rendering ----------------------------------------------------------------------------------

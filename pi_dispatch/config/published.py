@@ -13,9 +13,9 @@ from typing import Any, Final
 from pydantic.fields import FieldInfo
 
 from pi_dispatch.config.declaration import DeclaredSettings
-from pi_dispatch.config.hostvars import PREFIX, RoleVars
 from pi_dispatch.config.kinds import X_FIX, bounds_of, extra, form_of
 from pi_dispatch.config.receiver_settings import ReceiverSettings
+from pi_dispatch.config.rolevars import PREFIX, RoleVars
 from pi_dispatch.config.worker_settings import WorkerSettings, host_variable
 from pi_dispatch.core.jobs import JOB_VARIABLES
 

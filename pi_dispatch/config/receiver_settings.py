@@ -15,6 +15,7 @@ from pydantic import SecretStr, field_validator
 
 from pi_dispatch.config.declaration import DeclaredSettings, setting
 from pi_dispatch.config.envfile import render_env
+from pi_dispatch.config.forms import TextForm
 from pi_dispatch.config.kinds import (
     HOST_PORT,
     PRIMARY_NAME_HELP,
@@ -23,7 +24,6 @@ from pi_dispatch.config.kinds import (
     Password,
     PrimaryName,
     Sentinels,
-    TextForm,
     ValkeyUrl,
     Whole,
     WholeMs,

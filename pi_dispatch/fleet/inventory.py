@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from pi_dispatch.config.hostvars import PREFIX, WORKERS_GROUP, InventoryHost
+from pi_dispatch.config.hostvars import WORKERS_GROUP, InventoryHost
 from pi_dispatch.config.receiver_settings import RECEIVER_PREFIX
+from pi_dispatch.config.rolevars import PREFIX
 from pi_dispatch.core.errors import ConfigError, Problem
 from pi_dispatch.infra.extras import require
 

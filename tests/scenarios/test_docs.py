@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 from pi_dispatch.audit.findings import CODES
 from pi_dispatch.config.worker_settings import fields_by_variable, host_variable, variables
 from pi_dispatch.core.reasons import Reason
-from pi_dispatch.demo.run import worker_environment
+from pi_dispatch.demo.workers import worker_environment
 from pi_dispatch.fleet.inventory import load_inventory
 from tests.support.workers import running_worker, settings_of
 

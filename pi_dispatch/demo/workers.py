@@ -1,0 +1,100 @@
+"""The demo's workers: each inventory host's rendered env pointed at this machine (the demo's store, its folders,
+local copies of its scripts), and their processes stopped together, whatever ends the demo."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from pi_dispatch.config.hostvars import InventoryHost, env_values
+from pi_dispatch.core.profiles import VARIABLE, ProfileKind, render_profiles
+from pi_dispatch.demo.store import free_port
+from pi_dispatch.fleet.hosts import FleetHost
+from pi_dispatch.infra.store import STORE_VARIABLES
+
+STOP_TIMEOUT_S: Final = 30.0
+
+
+@dataclass
+class DemoWorker:
+    host: InventoryHost
+    fleet_host: FleetHost
+    env: dict[str, str]
+    hostname: str
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.fleet_host.worker_name
+
+    @property
+    def logs_dir(self) -> Path:
+        return Path(self.env["PI_LOGS_DIR"])
+
+
+def _script_source(host: InventoryHost, destination: str) -> Path | None:
+    scripts = host.declared("scripts") or {}
+    source = scripts.get(destination) if isinstance(scripts, Mapping) else None
+    return host.controller_file(source) if isinstance(source, str) else None
+
+
+def _local_profiles(host: InventoryHost, folder: Path, kind: ProfileKind) -> str:
+    """The host's profile table with each script copied into folder, in the env grammar."""
+    table = host.secret_profiles if kind == "secret" else host.wait_profiles
+    local_table = {}
+    for name, destination in table.items():
+        source = _script_source(host, destination)
+        local = folder / Path(destination).name
+        if source is not None and source.is_file() and not local.exists():
+            shutil.copyfile(source, local)
+            local.chmod(0o755)
+        local_table[name] = str(local)
+    return render_profiles(local_table)
+
+
+def worker_environment(host: InventoryHost, url: str, state: Path, hostname: str) -> tuple[dict[str, str], FleetHost]:
+    """The host's rendered env, pointed at the demo's Valkey (whatever store the inventory names), folders and local
+    copies of its scripts."""
+    env = {name: value for name, value in env_values(host.vars).items() if name not in STORE_VARIABLES}
+    env.pop("PI_JOB_NETWORK", None)  # the role's network needs root's firewall: the demo's jobs use Docker's default
+    folder = state / host.name
+    (folder / "profiles").mkdir(parents=True, exist_ok=True)
+    for kind, variable in VARIABLE.items():
+        if variable in env:
+            env[variable] = _local_profiles(host, folder / "profiles", kind)
+    env.update(
+        VALKEY_URL=url,
+        PI_LOGS_DIR=str(folder / "logs"),
+        PI_JOBS_DIR=str(folder / "jobs"),
+        PI_DRAIN_GRACE_MS="5000",
+        PI_METRICS_ADDR=f"127.0.0.1:{free_port()}",  # the hosts share this machine, so not one default port
+        EXAMPLE_SECRETS_DIR=str(state / "secrets"),
+        EXAMPLE_FLAGS_DIR=str(state / "flags"),
+    )
+    if (source := host.triggers_source) is not None:  # its own copy, as the role installs one beside the env file
+        env["PI_TRIGGERS_FILE"] = str(shutil.copyfile(source, folder / "triggers.json"))
+    return env, FleetHost.of_inventory(host, hostname)
+
+
+@contextlib.contextmanager
+def workers_stopped(workers: list[DemoWorker]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        running = [w.process for w in workers if w.process is not None and w.process.poll() is None]
+        for process in running:
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for process in running:
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
