@@ -45,7 +45,7 @@ def run(env_file: Path | None) -> int:
     log = error_log = json_lines(None, sys.stdout, sys.stderr)  # warnings and errors on stderr, by their level
     try:
         config = checked_config(env_file)
-    except Exception as error:
+    except Exception as error:  # broad: whatever stops the start is said on stderr as one line, then raised again
         error_log("receiver_start_failed", {"reason": str(error).replace("\n", "; ")})
         raise
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from pi_dispatch.core.keys import SHARED_QUEUE
 from pi_dispatch.demo.store import free_port
+from pi_dispatch.infra.valkey import STORE_FAULTS, outages_named
 from pi_dispatch.receiver.auth import hub_signature
 from pi_dispatch.testing.fleetprocs import Fleet, Overlaps
 from pi_dispatch.testing.replicated import ReplicatedStore
@@ -158,9 +160,11 @@ async def job_states(store: ReplicatedStore, job_ids: list[str]) -> dict[str, st
 
     queue = Queue(SHARED_QUEUE, {"connection": store.address().queue_connection()})
     try:
-        return {job_id: str(await queue.getJobState(job_id)) for job_id in job_ids}
+        with outages_named():  # BullMQ's client raises redis-py's errors
+            return {job_id: str(await queue.getJobState(job_id)) for job_id in job_ids}
     finally:
-        await queue.close()
+        with contextlib.suppress(*STORE_FAULTS), outages_named():
+            await queue.close()
 
 
 async def settled(store: ReplicatedStore, job_ids: list[str], timeout_s: float = 180) -> dict[str, str]:
@@ -168,7 +172,7 @@ async def settled(store: ReplicatedStore, job_ids: list[str], timeout_s: float =
     while True:
         try:
             found = await job_states(store, job_ids)
-        except Exception:  # a store still settling: asked again
+        except STORE_FAULTS:  # a store still settling: asked again
             found = {}
         if found and all(state in ("completed", "failed", "unknown") for state in found.values()):
             return found

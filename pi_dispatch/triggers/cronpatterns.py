@@ -28,7 +28,7 @@ def _croniter() -> Any:
 def _accepted(pattern: str) -> bool:
     try:
         return bool(_croniter().is_valid(pattern, second_at_beginning=True))
-    except Exception:  # a parser that chokes on a pattern has answered the question
+    except Exception:  # broad: a third-party parser on operator text; that it chokes on a pattern is the answer
         return False
 
 
@@ -71,6 +71,6 @@ def next_runs(pattern: str, zone: str, count: int = 3, now: datetime | None = No
                 break
             millis = found
             runs.append(datetime.fromtimestamp(millis / 1000, tz=where))
-    except Exception:  # croniter gives up on a date that never comes (the 31st of February)
+    except Exception:  # broad: croniter gives up on a date that never comes (the 31st of February) in its own ways
         return []
     return runs

@@ -18,7 +18,7 @@ from pi_dispatch.fleet.steal import Stealer, offer, read_waiting
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.jobs import forge_job
-from tests.support.workers import open_queues
+from tests.support.workers import CEILING_S, open_queues
 
 pytestmark = [pytest.mark.redis]
 BUSY, IDLE, THIRD = "pi-jobs@busy", "pi-jobs@idle", "pi-jobs@third"
@@ -129,7 +129,9 @@ async def test_two_hosts_stealing_at_once_move_each_job_once(
         await queues[BUSY].add("github", forge_job(number, secretsProfile="prod"), {"jobId": job_id})
     first, second = connect(valkey_url), connect(valkey_url)
     try:
-        movers = (JobMover(first), JobMover(second))
+        # a race of 120 moves opening their connections at once: bounded by a ceiling only a hang reaches, not by the
+        # product's per-call deadline, which a loaded CI machine can pass while connecting
+        movers = (JobMover(first, timeout_s=CEILING_S), JobMover(second, timeout_s=CEILING_S))
         results = await asyncio.gather(
             *(mover.move(BUSY, target, job_id, "", steal=True) for job_id in jobs
               for mover, target in zip(movers, (IDLE, THIRD), strict=True))
