@@ -1,10 +1,12 @@
-"""The payloads of a container's attach stream: Docker multiplexes stdout and stderr in frames of a header (the
-stream, the size) and a payload; the job's output is the payloads in order."""
+"""A container's attach stream: Docker multiplexes stdout and stderr in frames of a header (the stream, the size)
+and a payload; the job's output is the payloads in order, handed on by a thread of its own as they come."""
 
 from __future__ import annotations
 
+import contextlib
 import struct
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 FRAME_HEADER: Final = struct.Struct(">BxxxL")  # the attach stream's frames: stream (1 stdout, 2 stderr), size
@@ -29,3 +31,23 @@ def attached_output(sock: Any) -> Iterator[bytes]:
         del buffer[:position]
         if payloads:
             yield bytes(payloads)
+
+
+def following(sock: Any, write: Callable[[bytes], object], lost: Callable[[], object], name: str) -> threading.Thread:
+    """A started thread that hands the stream's payloads to `write` as they come and closes the socket at its end;
+    `lost` hears of a stream that ended in an error (a daemon gone ends the stream, never the attempt)."""
+
+    def follow() -> None:
+        try:
+            for data in attached_output(sock):
+                write(data)
+        except Exception:  # broad: a thread's edge, where whatever escapes would go unseen
+            lost()
+        finally:
+            for end in (sock, getattr(sock, "_sock", sock)):  # the SocketIO, and the socket it reads from
+                with contextlib.suppress(OSError):
+                    end.close()
+
+    thread = threading.Thread(target=follow, name=name, daemon=True)
+    thread.start()
+    return thread

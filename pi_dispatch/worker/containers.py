@@ -10,7 +10,6 @@ calls run on a private thread pool sized for the host's job slots, so a long wai
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -29,7 +28,7 @@ from pi_dispatch.core.errors import PiDispatchError
 from pi_dispatch.core.reasons import ExitCode
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.valkey import STORE_FAULTS
-from pi_dispatch.worker.attachstream import attached_output
+from pi_dispatch.worker.attachstream import following
 from pi_dispatch.worker.outcomes import ContainerEnd
 
 if TYPE_CHECKING:
@@ -309,22 +308,8 @@ class ContainerRuntime:
             self.log("container_logs_unreadable", {"jobId": spec.job_id})
             return None
 
-        def follow() -> None:
-            try:
-                for data in attached_output(sock):
-                    output.write(data)
-            except (
-                Exception
-            ):  # broad: a thread's edge, where what escapes goes unseen; the stream ends, not the attempt
-                self.log("container_logs_unreadable", {"jobId": spec.job_id})
-            finally:
-                for end in (sock, getattr(sock, "_sock", sock)):  # the SocketIO, and the socket it reads from
-                    with contextlib.suppress(OSError):
-                        end.close()
-
-        thread = threading.Thread(target=follow, name=f"output-{spec.job_id[:32]}", daemon=True)
-        thread.start()
-        return thread
+        lost = partial(self.log, "container_logs_unreadable", {"jobId": spec.job_id})
+        return following(sock, output.write, lost, name=f"output-{spec.job_id[:32]}")
 
     async def _await_end(
         self, container: Any, spec: ContainerSpec, deadline: float, stop: StopRequest
