@@ -142,7 +142,7 @@ class HostRegistry:
     async def start(self, facts: Mapping[str, Fact] | None = None, *, keep_beating: bool = True) -> bool:
         """Record the facts, beat once, then keep beating (`keep_beating=False`: the caller runs `beat_forever` under
         its own supervision). A second start only publishes."""
-        if self._timer is not None or self._closed or "startedAt" in self.facts:
+        if self._closed or "startedAt" in self.facts:  # started before
             return await self.publish()
         self.facts.update(facts or {})
         self.facts["startedAt"] = str(self.now())

@@ -147,10 +147,10 @@ class DrivenWorker(Worker):  # type: ignore[misc]  # bullmq is untyped
         await self.backend.conn.zadd(key, {member: score})
 
     async def drop_connections(self) -> None:
-        """Close this consumer's connections outright, for a close BullMQ could not finish (the store gone while a
-        job's last write retries): its sockets go with the worker rather than with the collector, whenever."""
-        if not self.closed:
-            await self.backend.close(force=True)
+        """Close this consumer's connections outright, once its driver has ended: a close BullMQ could not finish
+        (the store gone while a job's last write retries), or a command sent after the close, which reopens a
+        single-connection client. Its sockets go with the worker rather than with the collector, whenever."""
+        await self.backend.close(force=True)
 
     # -- BullMQ's own steps, timed
     def _polled(self) -> None:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 from pi_dispatch.infra.events import EventLog, failure_fields
 
@@ -63,6 +63,16 @@ class Supervisor:
         if self._ended is None:
             self._ended = asyncio.get_running_loop().create_future()
         return self._ended
+
+    async def until_stopped(self, stop: asyncio.Event) -> str | None:
+        """Wait for `stop` or for a loop to end the process: None once stopped, else the reason (a stop wins a tie)."""
+        stopping = asyncio.ensure_future(stop.wait())
+        either: set[asyncio.Future[Any]] = {stopping, self.ended}
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        return None if stop.is_set() else self.ended.result()
 
     def start(self, *loops: Loop) -> None:
         for loop in loops:

@@ -246,12 +246,8 @@ async def serve(
         Loop("report", functools.partial(_report, found.store, receiver, name), OnFailure.RESTART,
              "each report stands alone"),
     )  # fmt: skip
-    stopping: asyncio.Future[object] = asyncio.ensure_future(stop.event.wait())
-    ended: asyncio.Future[object] = asyncio.ensure_future(supervisor.ended)
-    await asyncio.wait([stopping, ended], return_when=asyncio.FIRST_COMPLETED)
-    fault = supervisor.ended.result() if supervisor.ended.done() and not stopping.done() else None
+    fault = await supervisor.until_stopped(stop.event)
     log("receiver_stopping", {"signal": stop.signal} if fault is None else {"reason": fault})
-    stopping.cancel()
     watch.stop()
     await supervisor.close()
     await runner.cleanup()

@@ -107,10 +107,9 @@ def assemble(
     control = Control(
         client, name, attempts, hooks.consumers, registry.publish, hooks.move_own_queue, now, log
     )  # fmt: skip
-    queue = host_queue_or_shared(settings)
-    cron = CronSchedules(
-        client, store, queue, host_zone(settings.tz), name, not settings.worker_name_declared, registry.publish,
-        triggers, log,
+    cron = CronSchedules(  # on its own queue when named, else on the shared one
+        client, store, worker_queues(settings)[-1], host_zone(settings.tz), name, not settings.worker_name_declared,
+        registry.publish, triggers, log,
     )  # fmt: skip
     memory = StoreMemoryWatch(log, lambda: registry.memory_full_since)
     epoch = EpochWatch(client, now, log)
@@ -119,6 +118,6 @@ def assemble(
     )  # fmt: skip
 
 
-def host_queue_or_shared(settings: WorkerSettings) -> str:
-    """The queue this host's schedulers add to: its own when named, else the shared one."""
-    return host_queue_name(settings.worker_name) if settings.worker_name_declared else SHARED_QUEUE
+def worker_queues(settings: WorkerSettings) -> list[str]:
+    """The queues a worker drains: the shared one, then its own when it is named (`pi-jobs@<name>`)."""
+    return [SHARED_QUEUE] + ([host_queue_name(settings.worker_name)] if settings.worker_name_declared else [])

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 from redis.exceptions import RedisError
 
 from pi_dispatch.core.errors import ExitStatus
-from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
+from pi_dispatch.core.keys import host_queue_name
 from pi_dispatch.fleet.hosts import FleetHost, heartbeat_row
 from pi_dispatch.fleet.liveness import CONSUMER_STUCK_S, IDLE_POLL_S, progress_facts, stuck_consumer
 from pi_dispatch.fleet.rehome import Rehomer
@@ -38,7 +38,7 @@ from pi_dispatch.infra.valkey import STORE_FAULTS, bounded, describe
 from pi_dispatch.triggers.file import Trigger
 from pi_dispatch.triggers.schedules import load_cron
 from pi_dispatch.triggers.watch import TriggerWatch
-from pi_dispatch.worker.assembly import Hooks, Parts, assemble
+from pi_dispatch.worker.assembly import Hooks, Parts, assemble, worker_queues
 from pi_dispatch.worker.attempts import Attempts
 from pi_dispatch.worker.clockwatch import ClockWatch
 from pi_dispatch.worker.containers import STOP_GRACE_S, ContainerRuntime
@@ -94,7 +94,7 @@ class Worker:
     @property
     def queues(self) -> list[str]:
         """The shared queue, then its own when it is named (`pi-jobs@<name>`)."""
-        return [SHARED_QUEUE] + ([host_queue_name(self.name)] if self.settings.worker_name_declared else [])
+        return worker_queues(self.settings)
 
     @property
     def made(self) -> Parts:
@@ -152,15 +152,9 @@ class Worker:
         supervisor.start(*self._loops(parts, pickup, stop))
         self.log("worker_started", {"queues": self.queues, "concurrency": settings.concurrency, "reaped": reaped})
         notify("READY=1")
-        stopping: asyncio.Future[object] = asyncio.ensure_future(stop.wait())
-        ended: asyncio.Future[object] = asyncio.ensure_future(supervisor.ended)
-        await asyncio.wait([stopping, ended], return_when=asyncio.FIRST_COMPLETED)
-        fault = None
-        if not stopping.done():
-            fault = supervisor.ended.result()
+        if (fault := await supervisor.until_stopped(stop)) is not None:
             self.log("worker_failing", {"reason": fault})
         notify("STOPPING=1")
-        stopping.cancel()
         await self._wind_down(watch, supervisor)
         return await self._end(client, fault)
 
@@ -209,6 +203,9 @@ class Worker:
         await parts.cron.close()
         await self._drain()
         await supervisor.close()
+        for bull in self.bullmq_workers:  # the pickup has ended: no command can reopen them now
+            with contextlib.suppress(*STORE_FAULTS):
+                await bounded(bull.drop_connections(), STOP_GRACE_S)
         await parts.rehomer.close()
         await parts.recorder.settle()
         if parts.recorder.unwritten and parts.recorder.retry():
@@ -332,9 +329,6 @@ class Worker:
                 forcing = [asyncio.ensure_future(bull.close(force=True)) for bull in self.bullmq_workers]
                 _, pending = await asyncio.wait([*pending, *forcing], timeout=STOP_GRACE_S)
                 self.log("consumers_forced_closed", {"left": len(pending)})
-                for bull in self.bullmq_workers:
-                    with contextlib.suppress(*STORE_FAULTS):
-                        await bounded(bull.drop_connections(), STOP_GRACE_S)
 
     async def _sweep_forever(self) -> None:
         while True:

@@ -160,6 +160,8 @@ class Pickup:
 
     async def _wait_for_work(self, due_ms: int) -> None:
         """One blocking pop on every queue's marker, until a job may be there or the idle poll is over."""
+        if self._paused() or self._closing():  # paused or closed while it looked elsewhere: a pop now would reopen
+            return  # the closed connection, and pause/close could not cancel it
         timeout_s = self.idle_poll_s
         if due_ms:
             timeout_s = min(BLOCK_CEILING_S, max(BLOCK_FLOOR_S, (due_ms - time.time() * 1000) / 1000))
@@ -184,7 +186,7 @@ class Pickup:
         """The marker this host woke on goes back when its queue was not asked (the slots filled first), so the
         next host wakes for the job instead of sleeping until its idle poll."""
         popped, self._popped = self._popped, None
-        if popped is None:
+        if popped is None or self._closing():
             return
         key = popped[0].decode() if isinstance(popped[0], bytes) else str(popped[0])
         woke = next((c for c in self.consumers if c.marker_key == key), None)

@@ -18,6 +18,7 @@ from pi_dispatch.core.keys import bull_key
 from pi_dispatch.core.names import record_stem
 from pi_dispatch.fleet.jobhistory import read_attempts
 from pi_dispatch.fleet.moves import NOT_WAITING, JobMover
+from pi_dispatch.fleet.steal import Stealer, Waiting
 from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
 from pi_dispatch.worker.consumers import GuardedConsumer
 from pi_dispatch.worker.history import read_records
@@ -230,3 +231,37 @@ async def blocked_on_markers(client: aioredis.Redis, count: int) -> None:
     async with asyncio.timeout(10):
         while sum(1 for c in await client.client_list() if c.get("cmd") == "bzpopmin") < count:
             await asyncio.sleep(0.02)
+
+
+async def test_a_consumer_closed_while_the_pickup_looks_at_peers_is_not_reopened_by_a_late_pop(
+    valkey_url: str, client: aioredis.Redis, queues: dict[str, Queue]
+) -> None:
+    """The worker stops while its pickup reads its peers' backlogs: the pause and the close find no pop to cancel.
+    The pickup must then end without a blocking pop, which would reopen the closed connection for a minute-long
+    poll and leave it to the collector."""
+    looking, go_on = asyncio.Event(), asyncio.Event()
+
+    class LookingElsewhere(Stealer):
+        async def find(self) -> list[Waiting]:
+            looking.set()
+            await go_on.wait()
+            return await super().find()
+
+    options = {"connection": valkey_url, "autorun": False, "drainDelay": 60, "lockDuration": 30_000}
+    bull = GuardedConsumer(IDLE, lambda *_: {}, dict(options, stalledInterval=30_000), lambda *_: None)
+    stealer = LookingElsewhere(client, "idle", 500, frozenset(), lambda _data: False, lambda: int(time.time() * 1000))
+    run = asyncio.ensure_future(Pickup([bull], concurrency=1, idle_poll_s=60, stealer=stealer).run())
+    try:
+        async with asyncio.timeout(10):
+            await looking.wait()
+        await bull.pause()
+        await bull.close()
+        go_on.set()
+        async with asyncio.timeout(10):  # far below the poll: a pop sent now would hold the pickup a minute
+            await run
+        assert bull.backend.blocking_connection.conn.connection is None  # nothing reopened the closed client
+        assert bull.backend.connection.conn.connection is None
+    finally:
+        go_on.set()
+        run.cancel()
+        await bull.drop_connections()
