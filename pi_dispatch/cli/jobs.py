@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
 from rich.markup import escape
 
 from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors, print_json
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
+from pi_dispatch.core.forges import FORGES
 from pi_dispatch.fleet.registry import Unreachable
+
+KIND_HELP: Final = f"The forge: {', '.join(list(FORGES)[:-1])} or {list(FORGES)[-1]}."
 
 
 def read_job_file(path: Path) -> dict[str, object]:
@@ -29,7 +32,7 @@ def read_job_file(path: Path) -> dict[str, object]:
 
 def route(
     job: Annotated[Path, typer.Option("--job", help="The job's data as JSON (what the receiver would enqueue).")],
-    kind: Annotated[str, typer.Option("--kind", help="The forge: github, gitlab, forgejo or azure.")] = "github",
+    kind: Annotated[str, typer.Option("--kind", help=KIND_HELP)] = "github",
     offline: Annotated[
         bool,
         typer.Option("--offline", help="Decide without the store, as the router would with no live host."),
@@ -98,7 +101,7 @@ def route(
 
 def enqueue(
     job: Annotated[Path, typer.Option("--job", help="The job's data as JSON (what the receiver would enqueue).")],
-    kind: Annotated[str, typer.Option("--kind", help="The forge: github, gitlab, forgejo or azure.")] = "github",
+    kind: Annotated[str, typer.Option("--kind", help=KIND_HELP)] = "github",
     if_absent: Annotated[
         bool, typer.Option("--if-absent", help="A job id that exists already is not an error (exit 0).")
     ] = False,

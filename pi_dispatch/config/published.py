@@ -14,7 +14,7 @@ from pydantic.fields import FieldInfo
 
 from pi_dispatch.config.declaration import DeclaredSettings
 from pi_dispatch.config.kinds import X_FIX, bounds_of, extra, form_of
-from pi_dispatch.config.receiver_settings import ReceiverSettings
+from pi_dispatch.config.receiver_settings import RECEIVER_MODEL
 from pi_dispatch.config.rolevars import PREFIX, RoleVars
 from pi_dispatch.config.worker_settings import WorkerSettings, host_variable
 from pi_dispatch.core.jobs import JOB_VARIABLES
@@ -66,7 +66,7 @@ def env_schema(model: type[DeclaredSettings], name: str, title: str, description
 
 def _every_variable() -> set[str]:
     """What some pi-dispatch process reads or sets: the worker's, the receiver's, and the job's own variables."""
-    models = (WorkerSettings, ReceiverSettings)
+    models = (WorkerSettings, RECEIVER_MODEL)
     return {str(info.validation_alias) for model in models for info in model.model_fields.values()} | set(JOB_VARIABLES)
 
 
@@ -81,7 +81,7 @@ def worker_env_schema() -> dict[str, Any]:
 
 def receiver_env_schema() -> dict[str, Any]:
     return env_schema(
-        ReceiverSettings,
+        RECEIVER_MODEL,
         "receiver-env",
         "pi-dispatch receiver environment",
         "Every variable the webhook receiver reads, as the strings they are in a systemd EnvironmentFile. Which "

@@ -1,17 +1,19 @@
 """The receiver's settings, each declared once, with the reference's own variable names and defaults.
 
 Read like the worker's (`settings.DeclaredSettings`): the environment, or an env file alone; checked against
-`schemas/receiver-env.schema.json`, generated from this declaration. A forge variable left empty counts as
-unset; the port, bind address, Valkey URL and triggers path take their default only when absent. Which forges
-are armed, and what each then requires, is `receiver/endpoints.py`'s business.
+`schemas/receiver-env.schema.json`, generated from this declaration. `ReceiverSettings` declares what every
+receiver reads; each forge's variables are declared in its entry (`core/forges.py`) and added to it as
+`RECEIVER_MODEL`, which loads them; a forge's package reads its own (`receiver/forges/spec.forge_setting`).
+A forge variable left empty counts as unset; the port, bind address, Valkey URL and triggers path take their
+default only when absent. Which forges are armed, and what each then requires, is each forge package's business.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
-from pydantic import SecretStr, field_validator
+from pydantic import SecretStr, create_model, field_validator
 
 from pi_dispatch.config.declaration import DeclaredSettings, setting
 from pi_dispatch.config.envfile import render_env
@@ -31,12 +33,11 @@ from pi_dispatch.config.kinds import (
 )
 from pi_dispatch.core.descriptors import descriptors_needed
 from pi_dispatch.core.errors import ConfigError, Problem
+from pi_dispatch.core.forges import FORGES, ForgeVariable
 from pi_dispatch.infra.store import DEFAULT_PRIMARY_NAME
 from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL
 
 IDENTITY_RETRY_FLOOR_S: Final = 60
-DEFAULT_GITHUB_API: Final = "https://api.github.com"
-DEFAULT_GITLAB_URL: Final = "https://gitlab.com"
 
 _PATH = TextForm(pattern=r"[^\x00-\x1f\x7f]+", what="a file path")
 _BIND = TextForm(pattern=r"[A-Za-z0-9.:%_\[\]-]{1,255}", what="a listen address such as 0.0.0.0 or 127.0.0.1")
@@ -53,9 +54,6 @@ _URL = TextForm(  # blanks around it are trimmed, as the reference trims these
     nullable=True,
 )
 _ID = TextForm(pattern=r"[1-9][0-9]{0,18}", what="a positive whole number", blank_is_default=True, nullable=True)
-_SOURCE = TextForm(pattern=r"pat|gh|app", what="pat, gh or app", blank_is_default=True, nullable=True)
-_GITLAB_MODE = TextForm(pattern=r"signature|token", what="signature or token", blank_is_default=True, nullable=True)
-_AZURE_MODE = TextForm(pattern=r"basic|header", what="basic or header", blank_is_default=True, nullable=True)
 _HEADER = TextForm(
     pattern=r"[ \t]*[!#$%&'*+.^_`|~0-9A-Za-z-]+[ \t]*", what="an HTTP header name", blank_is_default=True, nullable=True
 )
@@ -68,9 +66,6 @@ BindAddress = Annotated[str, matching(_BIND), _BIND]
 Address = Annotated[str | None, matching(_ADDRESS), _ADDRESS]
 HttpUrl = Annotated[str | None, matching(_URL), _URL]
 NumericId = Annotated[str | None, matching(_ID), _ID]
-AuthSource = Annotated[str | None, matching(_SOURCE), _SOURCE]
-GitLabMode = Annotated[str | None, matching(_GITLAB_MODE), _GITLAB_MODE]
-AzureMode = Annotated[str | None, matching(_AZURE_MODE), _AZURE_MODE]
 HeaderName = Annotated[str | None, matching(_HEADER), _HEADER]
 VariableName = Annotated[str, matching(_VARIABLE), _VARIABLE]
 KeyPath = Annotated[str | None, matching(_KEY_PATH), _KEY_PATH]
@@ -177,74 +172,6 @@ class ReceiverSettings(DeclaredSettings):
         ge=1,
         le=86_400,
     )
-    webhook_secret: Password = setting(
-        "WEBHOOK_SECRET", None, "GitHub's webhook secret (HMAC-SHA256); required when GitHub is served.", SECRET_FIX
-    )
-    github_auth_source: AuthSource = setting(
-        "GITHUB_AUTH_SOURCE",
-        None,
-        "Where the GitHub token comes from: pat, gh (the gh CLI's login, the default) or app. Set explicitly, it "
-        "also serves GitHub when no GitHub trigger exists.",
-        "pat, gh or app",
-    )
-    github_pat_var: VariableName = setting(
-        "GITHUB_PAT_VAR", "GITHUB_PAT", "The variable that holds the token when the source is pat.", "a variable name"
-    )
-    github_api_url: HttpUrl = setting(
-        "GITHUB_API_URL",
-        DEFAULT_GITHUB_API,
-        "GitHub's API base, no trailing slash; for GitHub Enterprise Server https://<host>/api/v3.",
-        "a URL such as https://api.github.com or https://ghe.example.com/api/v3",
-    )
-    github_app_id: NumericId = setting("GITHUB_APP_ID", None, "The GitHub App's id (source app).", "digits")
-    github_app_installation_id: NumericId = setting(
-        "GITHUB_APP_INSTALLATION_ID", None, "The App's installation id (source app).", "digits"
-    )
-    github_app_private_key_path: KeyPath = setting(
-        "GITHUB_APP_PRIVATE_KEY_PATH", None, "The App's private key file (source app).", "an absolute path"
-    )
-    github_app_private_key: PrivateKey = setting(
-        "GITHUB_APP_PRIVATE_KEY",
-        None,
-        "The App's private key itself, instead of a file (newlines may be written as \\n).",
-        "the PEM text",
-    )
-    gitlab_webhook_mode: GitLabMode = setting(
-        "GITLAB_WEBHOOK_MODE", None, "How GitLab deliveries are checked: signature or token.", "signature or token"
-    )
-    gitlab_webhook_secret: Password = setting(
-        "GITLAB_WEBHOOK_SECRET", None, "GitLab's signing token (whsec_...) or shared secret token.", SECRET_FIX
-    )
-    gitlab_token: Password = setting(
-        "GITLAB_TOKEN", None, "GitLab API token (the harness identity and member lookups).", SECRET_FIX
-    )
-    gitlab_url: HttpUrl = setting(
-        "GITLAB_URL", DEFAULT_GITLAB_URL, "The GitLab instance root.", "a URL such as https://gitlab.example.com"
-    )
-    forgejo_url: HttpUrl = setting("FORGEJO_URL", None, "The Forgejo instance root.", "a URL")
-    forgejo_webhook_secret: Password = setting(
-        "FORGEJO_WEBHOOK_SECRET", None, "Forgejo's webhook secret (HMAC-SHA256).", SECRET_FIX
-    )
-    forgejo_token: Password = setting("FORGEJO_TOKEN", None, "Forgejo API token.", SECRET_FIX)
-    forgejo_bot_id: NumericId = setting(
-        "FORGEJO_BOT_ID", None, "The harness's Forgejo user id; skips asking Forgejo at boot.", "digits"
-    )
-    azure_webhook_mode: AzureMode = setting(
-        "AZURE_WEBHOOK_MODE", None, "How Azure DevOps deliveries are checked: basic or header.", "basic or header"
-    )
-    azure_webhook_header: HeaderName = setting(
-        "AZURE_WEBHOOK_HEADER", None, "The header that carries the secret in header mode.", "a header name"
-    )
-    azure_webhook_secret: Password = setting(
-        "AZURE_WEBHOOK_SECRET",
-        None,
-        "base64 of user:password (basic mode) or the header's value (header mode).",
-        SECRET_FIX,
-    )
-    azure_org_url: HttpUrl = setting("AZURE_ORG_URL", None, "https://dev.azure.com/<organization>.", "a URL")
-    azure_token: Password = setting(
-        "AZURE_TOKEN", None, "Azure DevOps PAT (identity and Graph lookups; needs vso.graph).", SECRET_FIX
-    )
 
     @field_validator("identity_retry_seconds")
     @classmethod
@@ -252,18 +179,64 @@ class ReceiverSettings(DeclaredSettings):
         return max(IDENTITY_RETRY_FLOOR_S, value)
 
 
+# A form a forge's entry names for one of its variables, and the fix a secret's refusal gives.
+_FORGE_FORMS: Final[Mapping[str, tuple[object, str | None]]] = {
+    "secret": (Password, SECRET_FIX),
+    "url": (HttpUrl, None),
+    "id": (NumericId, None),
+    "variable": (VariableName, None),
+    "header": (HeaderName, None),
+    "absolutePath": (KeyPath, None),
+    "pem": (PrivateKey, None),
+}
+
+
+def _forge_field(variable: ForgeVariable) -> tuple[object, object]:
+    if isinstance(variable.form, str):
+        annotation, fix = _FORGE_FORMS[variable.form]
+    else:  # one of a few words
+        words = variable.form
+        what = f"{', '.join(words[:-1])} or {words[-1]}"
+        form = TextForm(pattern="|".join(words), what=what, blank_is_default=True, nullable=True)
+        annotation, fix = Annotated[str | None, matching(form), form], None
+    declared = setting(variable.name, variable.default, variable.help, variable.fix or fix or "")
+    return annotation, declared
+
+
+def _with_forge_variables(base: type[ReceiverSettings]) -> type[ReceiverSettings]:
+    fields: dict[str, Any] = {
+        variable.name.lower(): _forge_field(variable) for words in FORGES.values() for variable in words.variables
+    }
+    return create_model("ReceiverSettings", __base__=base, **fields)
+
+
+RECEIVER_MODEL: Final = _with_forge_variables(ReceiverSettings)
+# The inventory variables each written under the variable a setting names (GITHUB_PAT under GITHUB_PAT_VAR's).
+_HELD_UNDER: Final = {
+    variable.names_the_variable_of: variable
+    for words in FORGES.values()
+    for variable in words.variables
+    if variable.names_the_variable_of is not None
+}
+_MULTILINE: Final = frozenset(
+    variable.name.lower() for words in FORGES.values() for variable in words.variables if variable.form == "pem"
+)
+
+
 RECEIVER_PREFIX: Final = "pi_dispatch_receiver_"
 ROLE_VARS: Final = frozenset(
-    {"package", "user", "home", "venv", "env_file", "triggers_source", "triggers_dir", "github_pat"}
+    {"package", "user", "home", "venv", "env_file", "triggers_source", "triggers_dir"}
     | {"service_state", "service_enabled"}
+    | set(_HELD_UNDER)
 )
 
 
 def receiver_env_values(host_vars: Mapping[str, object], triggers_file: str) -> dict[str, str]:
     """The env file's variables from a host's `pi_dispatch_receiver_*` declarations (field names, lower-cased),
-    the deployed triggers path, and the PAT under the variable GITHUB_PAT_VAR names. Raises ConfigError naming a
-    variable the receiver does not read, which is almost always a typo."""
-    fields = ReceiverSettings.model_fields
+    the deployed triggers path, and each variable held under the one a setting names (the PAT under the variable
+    GITHUB_PAT_VAR names). Raises ConfigError naming a variable the receiver does not read, which is almost always
+    a typo."""
+    fields = RECEIVER_MODEL.model_fields
     values: dict[str, str] = {}
     unknown = []
     for name, value in host_vars.items():
@@ -274,9 +247,7 @@ def receiver_env_values(host_vars: Mapping[str, object], triggers_file: str) -> 
             unknown.append(name)
             continue
         text = str(value) if not isinstance(value, bool) else str(int(value))
-        values[str(fields[field].validation_alias)] = (
-            text.replace("\n", "\\n") if field == "github_app_private_key" else text
-        )
+        values[str(fields[field].validation_alias)] = text.replace("\n", "\\n") if field in _MULTILINE else text
     if unknown:
         raise ConfigError(
             [
@@ -284,9 +255,9 @@ def receiver_env_values(host_vars: Mapping[str, object], triggers_file: str) -> 
                 for name in unknown
             ]
         )
-    pat = host_vars.get(RECEIVER_PREFIX + "github_pat")
-    if pat is not None:
-        values[str(host_vars.get(RECEIVER_PREFIX + "github_pat_var") or "GITHUB_PAT")] = str(pat)
+    for held, naming in _HELD_UNDER.items():
+        if (secret := host_vars.get(RECEIVER_PREFIX + held)) is not None:
+            values[str(host_vars.get(RECEIVER_PREFIX + naming.name.lower()) or naming.default)] = str(secret)
     return {"PI_TRIGGERS_FILE": triggers_file, **values}
 
 

@@ -11,10 +11,11 @@ from collections.abc import Awaitable, Mapping
 from typing import Any, Final, Protocol
 
 from pi_dispatch.core.errors import PiDispatchError
+from pi_dispatch.core.forges import FORGES
 from pi_dispatch.core.jscompat import get, js_string, nullish
 
-FORGE_PREFIX: Final = {"github": "gh-", "gitlab": "gl-", "forgejo": "fj-", "azure": "az-"}
-FORGE_KINDS: Final = frozenset(FORGE_PREFIX)
+FORGE_PREFIX: Final = {kind: words.job_id_prefix for kind, words in FORGES.items()}
+FORGE_KINDS: Final = frozenset(FORGES)
 LOCAL_KIND: Final = "local"  # a cron job run on the host that scheduled it
 JOB_KINDS: Final = FORGE_KINDS | {LOCAL_KIND}
 # Variables the worker sets in every job container (a job may not bind a secret over them).
@@ -23,12 +24,6 @@ JOB_VARIABLES: Final = ("PI_JOB_ID", "PI_JOB_ATTEMPT", "PI_JOB_KIND", "PI_HOST")
 CONTAINER_VARIABLES: Final = frozenset({*JOB_VARIABLES, "PATH", "HOME", "HOSTNAME", "USER", "TERM", "SHELL"})
 # What a trigger fires on (`on.type`), as its jobs' records name it (`triggerType`).
 TRIGGER_TYPES: Final = frozenset({"cron", "label", "comment", "pull_request", "issue"})
-DELIVERY_HEADER: Final = {
-    "github": "X-GitHub-Delivery GUID",
-    "gitlab": "X-Gitlab-Event-UUID",
-    "forgejo": "X-Forgejo-Delivery",
-    "azure": "Azure DevOps notification id",
-}
 DEDUP_TTL_MS: Final = 600_000
 RETENTION_S: Final = 31 * 24 * 3600
 FORGE_JOB_OPTIONS: Final[Mapping[str, Any]] = {
@@ -40,8 +35,9 @@ FORGE_JOB_OPTIONS: Final[Mapping[str, Any]] = {
 
 
 def target_separator(kind: object, target_type: object) -> str:
-    """`#` for issues everywhere and pull requests on GitHub and Forgejo; `!` for GitLab and Azure PRs."""
-    return "!" if target_type == "pull_request" and kind in ("gitlab", "azure") else "#"
+    """`#` for issues everywhere; a pull request's is its forge's (`!` on GitLab and Azure, `#` elsewhere)."""
+    words = FORGES.get(kind) if isinstance(kind, str) else None
+    return words.pull_request_separator if target_type == "pull_request" and words is not None else "#"
 
 
 class JobIdError(PiDispatchError):
@@ -58,7 +54,7 @@ def forge_delivery_job_id(kind: str, delivery_id: object, replica: object = None
     if prefix is None:
         raise JobIdError(f"kind {kind!r}: not a forge; use one of {', '.join(FORGE_PREFIX)}")
     if nullish(delivery_id) or js_string(delivery_id) == "":
-        raise JobIdError(f"{kind} delivery: no {DELIVERY_HEADER[kind]}; the forge must send one")
+        raise JobIdError(f"{kind} delivery: no {FORGES[kind].delivery_id}; the forge must send one")
     job_id = prefix + js_string(delivery_id)
     if nullish(replica):
         return job_id
@@ -68,7 +64,9 @@ def forge_delivery_job_id(kind: str, delivery_id: object, replica: object = None
 
 
 # The action that closes a pull request, in each forge's own words (Azure has none the payload can show).
-PR_CLOSE_ACTION: Final[Mapping[str, str]] = {"github": "closed", "gitlab": "close", "forgejo": "closed"}
+PR_CLOSE_ACTION: Final[Mapping[str, str]] = {
+    kind: words.pr_close for kind, words in FORGES.items() if words.pr_close is not None
+}
 _PR_CLOSE_WORDS: Final = frozenset(PR_CLOSE_ACTION.values())
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from pi_dispatch.config.handover import secret_text, settled
 from pi_dispatch.core.errors import ConfigError
 from pi_dispatch.receiver.forges import registered
-from pi_dispatch.receiver.forges.spec import Arming
+from pi_dispatch.receiver.forges.spec import Arming, forge_setting
 from pi_dispatch.receiver.rules import Rules
 from pi_dispatch.triggers.file import read_triggers
 
@@ -53,7 +53,7 @@ class ReceiverConfig:
     @property
     def webhook_secret(self) -> bytes:
         """WEBHOOK_SECRET as set (empty when not)."""
-        return (secret_text(self.settings.webhook_secret) or "").encode()
+        return (secret_text(forge_setting(self.settings, "WEBHOOK_SECRET")) or "").encode()
 
 
 def build_config(
@@ -76,9 +76,9 @@ def load_receiver_config(
 ) -> ReceiverConfig:
     """The receiver's configuration from the environment, or from env_file alone. Raises ConfigError (exit 2)."""
     from pi_dispatch.config.declaration import load_declared
-    from pi_dispatch.config.receiver_settings import ReceiverSettings
+    from pi_dispatch.config.receiver_settings import RECEIVER_MODEL
 
-    settings, raw = load_declared(ReceiverSettings, SCHEMA, env_file, environment=environment)
+    settings, raw = load_declared(RECEIVER_MODEL, SCHEMA, env_file, environment=environment)
     return build_config(settings, raw.everything, raw.label, cwd)
 
 

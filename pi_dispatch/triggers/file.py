@@ -17,25 +17,22 @@ from pathlib import Path
 from typing import Any, Final
 
 from pi_dispatch.core.errors import ConfigError, Problem
+from pi_dispatch.core.forges import FORGES
 from pi_dispatch.core.jobs import FORGE_KINDS, JOB_KINDS, LOCAL_KIND, PR_CLOSE_ACTION, TRIGGER_TYPES
 from pi_dispatch.core.jscompat import is_integer
 from pi_dispatch.triggers.run import ID_CHARSET, run_fields
 from pi_dispatch.triggers.terms import Checks, Refusal, Refusals, is_text
 
 DISARMED: Final = "disarmed"
-PR_ACTIONS: Final[Mapping[str, tuple[str, ...]]] = {
-    "github": ("labeled", "opened", "synchronize", "reopened", "review_submitted", "closed"),
-    "gitlab": ("open", "update", "reopen", "approved", "close"),
-    "forgejo": ("label_updated", "opened", "synchronized", "reopened", "closed"),
-    "azure": ("created", "updated"),
-}
+# Each forge's own words (`core/forges.py`): its pull request and issue actions, and the pull request action that is
+# a label being applied (a rule naming it is gated by its label predicate alone).
+PR_ACTIONS: Final[Mapping[str, tuple[str, ...]]] = {kind: words.pr_actions for kind, words in FORGES.items()}
 ISSUE_ACTIONS: Final[Mapping[str, tuple[str, ...]]] = {
-    "github": ("closed",),
-    "gitlab": ("close",),
-    "forgejo": ("closed",),
+    kind: words.issue_actions for kind, words in FORGES.items() if words.issue_actions is not None
 }
-# The PR action that is a label being applied: a rule naming it is gated by its label predicate alone.
-PR_LABEL_ACTION: Final[Mapping[str, str]] = {"github": "labeled", "forgejo": "label_updated"}
+PR_LABEL_ACTION: Final[Mapping[str, str]] = {
+    kind: words.pr_label for kind, words in FORGES.items() if words.pr_label is not None
+}
 REVIEW_ACTION: Final = "review_submitted"
 REVIEW_STATES: Final = ("approved", "changes_requested", "commented")
 FIX: Final = "see docs/triggers.md for the triggers file format"
@@ -127,8 +124,9 @@ def _review_state(on: Mapping[str, Any], actions: list[str], kind: str) -> list[
     if "reviewState" not in on:
         return None
     states = on["reviewState"]
-    if kind != "github":
-        raise Refusal("on.reviewState", "is github-only: no other forge reports a review verdict")
+    if not FORGES[kind].review_verdicts:
+        reporting = "|".join(name for name, words in FORGES.items() if words.review_verdicts)
+        raise Refusal("on.reviewState", f"is {reporting}-only: no other forge reports a review verdict")
     if REVIEW_ACTION not in actions:
         raise Refusal("on.reviewState", f"requires on.action to include {REVIEW_ACTION}")
     if not isinstance(states, list) or not states or any(state not in REVIEW_STATES for state in states):
@@ -148,8 +146,8 @@ def _pull_request_on(on: Mapping[str, Any], run: Mapping[str, Any], kind: str) -
         raise Refusal("on.action", f"cannot mix {close_word} with other actions: split it into two entries")
     checks, predicate = Checks(), None
     review = checks.take(lambda: _review_state(on, actions, kind))
-    if (kind == "azure" or closing) and _has_predicate(on):
-        what = "an azure pull_request rule" if kind == "azure" else "a close rule"
+    if (closing or not FORGES[kind].pr_label_predicates) and _has_predicate(on):
+        what = "a close rule" if closing else f"a {kind} pull_request rule"
         checks.refused.append(Refusal("on.any", f"{what} cannot carry a label predicate"))
     else:
         predicate = checks.take(lambda: _predicate(on, PR_LABEL_ACTION.get(kind) in actions))
@@ -162,8 +160,8 @@ def _pull_request_on(on: Mapping[str, Any], run: Mapping[str, Any], kind: str) -
 
 
 def _issue_on(on: Mapping[str, Any], run: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    if kind == "azure":
-        raise Refusal("on.type", "an issue trigger is not yet covered for azure")
+    if kind not in ISSUE_ACTIONS:
+        raise Refusal("on.type", f"an issue trigger is not yet covered for {kind}")
     checks = Checks()
     actions = checks.take(lambda: _actions(on, ISSUE_ACTIONS[kind], "issue"))
     if _has_predicate(on):

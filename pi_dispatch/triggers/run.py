@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from pi_dispatch.core.forges import FORGES
 from pi_dispatch.core.jobs import CONTAINER_VARIABLES, LOCAL_KIND
 from pi_dispatch.core.jscompat import is_integer, js_length, js_trim
 from pi_dispatch.core.names import PROFILE_NAME_RE
@@ -24,9 +25,10 @@ BACKENDS: Final = frozenset({"local"})
 EXCLUDABLE_TOOLS: Final = ("read", "bash", "powershell", "edit", "write", "grep", "find", "ls")
 # Names the worker or the runtime writes into every job container; a binding over one would be overwritten.
 RESERVED_ENV: Final = frozenset(
-    CONTAINER_VARIABLES
-    | {"GITHUB_TOKEN", "GH_TOKEN", "GITLAB_TOKEN", "FORGEJO_TOKEN", "AZURE_TOKEN", "AZURE_DEVOPS_EXT_PAT"}
+    CONTAINER_VARIABLES | {variable for words in FORGES.values() for variable in words.token_variables}
 )
+# The forges whose deliveries of some trigger types do not name the repository to clone, so the trigger must.
+_NAMING: Final = {kind: words for kind, words in FORGES.items() if words.repository_named_on}
 SKILL_NAME: Final = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?")
 ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ID_CHARSET: Final = PROFILE_NAME_RE
@@ -105,13 +107,15 @@ def _instructions(run: Mapping[str, Any], cron: bool) -> str | None:
 
 
 def _repository(run: Mapping[str, Any], on_type: str) -> str | None:
-    needed = run.get("kind") == "azure" and on_type in ("label", "comment")
+    kind = str(run.get("kind"))
+    needed = kind in FORGES and on_type in FORGES[kind].repository_named_on
     if "repository" not in run:
         if needed:
-            raise Refusal("run.repository", f"an azure {on_type} trigger must name the repository to clone")
+            raise Refusal("run.repository", f"a {kind} {on_type} trigger must name the repository to clone")
         return None
     if not needed:
-        raise Refusal("run.repository", "is only meaningful on an azure label or comment trigger")
+        where = ", ".join(f"{name} {'|'.join(sorted(words.repository_named_on))}" for name, words in _NAMING.items())
+        raise Refusal("run.repository", f"is only meaningful where a delivery does not name it: {where} triggers")
     repository = _plain_text(run, "repository", "repository name")
     if repository is None or "/" in repository:
         raise Refusal("run.repository", "must be a repository name within the project, with no slashes")

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 
 from pi_dispatch.config.declaration import check_env
 from pi_dispatch.config.hostvars import check_host_vars
-from pi_dispatch.config.receiver_settings import ReceiverSettings
+from pi_dispatch.config.receiver_settings import RECEIVER_MODEL
 from pi_dispatch.config.schemas import SCHEMA_NAMES, load_schema, problems
 from pi_dispatch.config.worker_settings import check_worker_env, variables
 from pi_dispatch.core.records import check_run_record
@@ -25,7 +25,7 @@ MODELS: dict[str, Callable[[Any], list[Any]]] = {
     "worker-env": lambda env: check_worker_env({name: env[name] for name in variables() if name in env}),
     "host-vars": check_host_vars,
     "receiver-env": lambda env: check_env(
-        ReceiverSettings, {k: v for k, v in env.items() if k in load_schema("receiver-env")["properties"]}
+        RECEIVER_MODEL, {k: v for k, v in env.items() if k in load_schema("receiver-env")["properties"]}
     ),
     "triggers": check_triggers,
     "registry-row": check_registry_row,

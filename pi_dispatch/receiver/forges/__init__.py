@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 
 @cache
 def registered() -> tuple[Forge, ...]:
-    """Every forge package's `SPEC`, in the reference's order: adding a forge is adding its package."""
+    """Every forge package's `SPEC`, in its entry's order (the reference's): adding a forge is adding its package
+    and its entry (`schema/forges/<name>.json`), which every other layer reads its words from."""
+    from pi_dispatch.core.forges import FORGES
     from pi_dispatch.receiver.forges.spec import Forge
 
     found = []
@@ -23,5 +25,7 @@ def registered() -> tuple[Forge, ...]:
         if module.ispkg:
             spec = getattr(importlib.import_module(f"{__name__}.{module.name}"), "SPEC", None)
             if isinstance(spec, Forge):
+                if spec.name not in FORGES:  # a forge half added: refuse to start rather than serve it half
+                    raise LookupError(f"the forge package {module.name} has no entry schema/forges/{spec.name}.json")
                 found.append(spec)
-    return tuple(sorted(found, key=lambda forge: forge.order))
+    return tuple(sorted(found, key=lambda forge: FORGES[forge.name].order))

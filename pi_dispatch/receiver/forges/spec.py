@@ -110,6 +110,12 @@ class Served:
 Connect = Callable[[Any, ForgeClient, Retried, EventLog], Awaitable[Served]]
 
 
+def forge_setting(settings: object, variable: str) -> Any:
+    """A forge variable's value (`GITLAB_TOKEN`) from loaded settings or their handed-over values (None: unset),
+    declared in the forge's entry (`core/forges.py`) rather than on `ReceiverSettings`."""
+    return getattr(settings, variable.lower())
+
+
 def item_target(job: Mapping[str, Any]) -> str:
     """`issue#42`: the item's type and number."""
     found = job.get("target")
@@ -130,9 +136,10 @@ def repo_target(kind: str) -> Callable[[Mapping[str, Any]], str]:
 
 @dataclass(frozen=True)
 class Forge:
-    """One forge's spec. `path` None: the default endpoint (the one forge that answers every path no other claims).
-    `order`: its place in the reference's order (refusals, logs, metrics); `early`: connected before the store is
-    judged, as the reference boots it; `unarmed`: why it is not served, logged when it is not."""
+    """One forge's spec; `name` is its kind, whose entry (`core/forges.py`) holds its words and its place in the
+    reference's order. `path` None: the default endpoint (the one forge that answers every path no other claims).
+    `early`: connected before the store is judged, as the reference boots it; `unarmed`: why it is not served,
+    logged when it is not."""
 
     name: str
     path: str | None
@@ -143,7 +150,6 @@ class Forge:
     arm: Callable[[Arming], object | None]
     connect: Connect
     target: Callable[[Mapping[str, Any]], str] = item_target
-    order: int = 0
     early: bool = False
     unarmed: str = ""
     internal_event: str = "verify_handler_error"  # what the log calls an internal error

@@ -34,7 +34,6 @@ SPEC: Final = AzureForge(
     arm=arm,
     connect=connect,
     target=repo_target("azure"),
-    order=4,
     internal_event="azure_verify_handler_error",
     internal_error="internal",
 )

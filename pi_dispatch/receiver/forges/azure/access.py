@@ -16,7 +16,7 @@ from pi_dispatch.infra.events import EventLog
 from pi_dispatch.receiver.forges.authority import Authority, Undecided
 from pi_dispatch.receiver.forges.http import Answer, ForgeCallError, ForgeClient, failure
 from pi_dispatch.receiver.forges.identity import root_url, secret_of, segment
-from pi_dispatch.receiver.forges.spec import Arming, Retried, Served
+from pi_dispatch.receiver.forges.spec import Arming, Retried, Served, forge_setting
 
 AZURE_MODES: Final = ("basic", "header")
 AZURE_API_VERSION: Final = "7.1-preview.1"
@@ -57,14 +57,14 @@ def arm(arming: Arming) -> AzureArm | None:
     """Armed when any of its variables is set, and then requiring all of them (the header's name in header mode)."""
     settings = arming.settings
     mode, secret, token = (
-        settings.azure_webhook_mode,
-        secret_of(settings.azure_webhook_secret),
-        secret_of(settings.azure_token),
+        forge_setting(settings, "AZURE_WEBHOOK_MODE"),
+        secret_of(forge_setting(settings, "AZURE_WEBHOOK_SECRET")),
+        secret_of(forge_setting(settings, "AZURE_TOKEN")),
     )
-    org = root_url(settings.azure_org_url)
+    org = root_url(forge_setting(settings, "AZURE_ORG_URL"))
     if not (mode or secret or token or org):
         return None
-    header = (settings.azure_webhook_header or "").strip()
+    header = (forge_setting(settings, "AZURE_WEBHOOK_HEADER") or "").strip()
     named: dict[str, object] = {"AZURE_WEBHOOK_MODE": mode}
     if mode == "header":
         named["AZURE_WEBHOOK_HEADER"] = header

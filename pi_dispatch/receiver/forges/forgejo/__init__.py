@@ -24,5 +24,4 @@ SPEC: Final = Forge(
     gate=_gate,
     arm=arm,
     connect=connect,
-    order=3,
 )

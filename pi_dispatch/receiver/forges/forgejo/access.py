@@ -10,7 +10,7 @@ from pi_dispatch.infra.events import EventLog
 from pi_dispatch.receiver.forges.authority import Authority, Undecided, permission_of, plain_name
 from pi_dispatch.receiver.forges.http import ForgeCallError, ForgeClient
 from pi_dispatch.receiver.forges.identity import id_of, root_url, secret_of, segment
-from pi_dispatch.receiver.forges.spec import Arming, Retried, Served
+from pi_dispatch.receiver.forges.spec import Arming, Retried, Served, forge_setting
 
 
 @dataclass(frozen=True)
@@ -23,15 +23,15 @@ class ForgejoArm:
 
 def arm(arming: Arming) -> ForgejoArm | None:
     """Armed when any of its variables is set, and then requiring all of them."""
-    settings = arming.settings
-    secret, token = secret_of(settings.forgejo_webhook_secret), secret_of(settings.forgejo_token)
-    url = root_url(settings.forgejo_url)
+    read = functools.partial(forge_setting, arming.settings)
+    secret, token = secret_of(read("FORGEJO_WEBHOOK_SECRET")), secret_of(read("FORGEJO_TOKEN"))
+    url = root_url(read("FORGEJO_URL"))
     if not (secret or token or url):
         return None
     named = {"FORGEJO_URL": url, "FORGEJO_WEBHOOK_SECRET": secret.strip(), "FORGEJO_TOKEN": token.strip()}
     if not arming.require(named, "Forgejo"):
         return None
-    bot = int(settings.forgejo_bot_id) if settings.forgejo_bot_id else None
+    bot = int(read("FORGEJO_BOT_ID")) if read("FORGEJO_BOT_ID") else None
     return ForgejoArm(secret.encode(), token, url, bot)
 
 

@@ -31,7 +31,6 @@ SPEC: Final = Forge(
     gate=_gate,
     arm=arm,
     connect=connect,
-    order=1,
     early=True,
     unarmed="no GitHub trigger in the triggers file, and GITHUB_AUTH_SOURCE is not set",
 )

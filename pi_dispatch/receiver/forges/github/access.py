@@ -18,7 +18,7 @@ from pi_dispatch.infra.events import EventLog
 from pi_dispatch.receiver.forges.authority import Authority, Undecided, permission_of, plain_name, repository_of
 from pi_dispatch.receiver.forges.http import ForgeCallError, ForgeClient, failure
 from pi_dispatch.receiver.forges.identity import id_of, root_url, secret_of, segment
-from pi_dispatch.receiver.forges.spec import Arming, Retried, Served
+from pi_dispatch.receiver.forges.spec import Arming, Retried, Served, forge_setting
 
 if TYPE_CHECKING:
     from pi_dispatch.config.receiver_settings import ReceiverSettings
@@ -43,7 +43,8 @@ class GitHubAuth:
 
 
 def _private_key(settings: ReceiverSettings, problems: list[Problem], source: str) -> str:
-    inline, path = secret_of(settings.github_app_private_key), settings.github_app_private_key_path
+    inline = secret_of(forge_setting(settings, "GITHUB_APP_PRIVATE_KEY"))
+    path = forge_setting(settings, "GITHUB_APP_PRIVATE_KEY_PATH")
     if inline and path:
         problems.append(
             Problem(
@@ -74,25 +75,24 @@ def _private_key(settings: ReceiverSettings, problems: list[Problem], source: st
 def _github(
     settings: ReceiverSettings, environment: Mapping[str, str], problems: list[Problem], source: str
 ) -> GitHubAuth:
-    chosen = settings.github_auth_source
-    auth = GitHubAuth(chosen or "gh", chosen is not None, root_url(settings.github_api_url))
+    read = functools.partial(forge_setting, settings)
+    chosen = read("GITHUB_AUTH_SOURCE")
+    auth = GitHubAuth(chosen or "gh", chosen is not None, root_url(read("GITHUB_API_URL")))
     if auth.source == "pat":
-        token = environment.get(settings.github_pat_var, "").strip()
+        pat_var = read("GITHUB_PAT_VAR")
+        token = environment.get(pat_var, "").strip()
         if not token:
             problems.append(
                 Problem(
-                    settings.github_pat_var,
+                    pat_var,
                     "is empty, and GITHUB_AUTH_SOURCE=pat reads the token from it",
                     source,
-                    f"put the token in {settings.github_pat_var}, or name another variable in GITHUB_PAT_VAR",
+                    f"put the token in {pat_var}, or name another variable in GITHUB_PAT_VAR",
                 )
             )
         return GitHubAuth("pat", True, auth.api_url, token=token)
     if auth.source == "app":
-        ids = {
-            "GITHUB_APP_ID": settings.github_app_id,
-            "GITHUB_APP_INSTALLATION_ID": settings.github_app_installation_id,
-        }
+        ids = {variable: read(variable) for variable in ("GITHUB_APP_ID", "GITHUB_APP_INSTALLATION_ID")}
         for variable, value in ids.items():
             if value is None:
                 problems.append(Problem(variable, "is required with GITHUB_AUTH_SOURCE=app", source, "the App's id"))
@@ -101,8 +101,8 @@ def _github(
             "app",
             True,
             auth.api_url,
-            app_id=settings.github_app_id or "",
-            installation_id=settings.github_app_installation_id or "",
+            app_id=ids["GITHUB_APP_ID"] or "",
+            installation_id=ids["GITHUB_APP_INSTALLATION_ID"] or "",
             private_key=key,
         )
     return auth
@@ -115,7 +115,7 @@ def arm(arming: Arming) -> GitHubAuth | None:
     auth = _github(settings, arming.environment, arming.problems, arming.source)
     if not (arming.rules.of("github").any_rule or auth.explicit):
         return None
-    secret = secret_of(settings.webhook_secret)
+    secret = secret_of(forge_setting(settings, "WEBHOOK_SECRET"))
     if not secret.strip():
         arming.problems.append(
             Problem(

@@ -23,6 +23,5 @@ SPEC: Final = Forge(
     arm=arm,
     connect=connect,
     target=repo_target("gitlab"),
-    order=2,
     internal_event="gitlab_verify_handler_error",
 )

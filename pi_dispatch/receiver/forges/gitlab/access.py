@@ -23,7 +23,7 @@ from pi_dispatch.infra.events import EventLog
 from pi_dispatch.receiver.forges.authority import Authority, Undecided
 from pi_dispatch.receiver.forges.http import ForgeCallError, ForgeClient
 from pi_dispatch.receiver.forges.identity import id_of, root_url, secret_of
-from pi_dispatch.receiver.forges.spec import Arming, Retried, Served
+from pi_dispatch.receiver.forges.spec import Arming, Retried, Served, forge_setting
 
 GITLAB_MODES: Final = ("signature", "token")
 REPLAY_WINDOW_S: Final = 300
@@ -110,9 +110,9 @@ def arm(arming: Arming) -> GitLabArm | None:
     """Armed when any of its variables is set, and then requiring all of them."""
     settings = arming.settings
     secret, token, mode = (
-        secret_of(settings.gitlab_webhook_secret),
-        secret_of(settings.gitlab_token),
-        settings.gitlab_webhook_mode,
+        secret_of(forge_setting(settings, "GITLAB_WEBHOOK_SECRET")),
+        secret_of(forge_setting(settings, "GITLAB_TOKEN")),
+        forge_setting(settings, "GITLAB_WEBHOOK_MODE"),
     )
     if not (mode or secret or token):
         return None
@@ -124,7 +124,7 @@ def arm(arming: Arming) -> GitLabArm | None:
     except ConfigError as error:
         arming.problems.extend(Problem(p.subject, p.message, arming.source, p.fix) for p in error.problems)
         return None
-    return GitLabArm(verifier, token, root_url(settings.gitlab_url))
+    return GitLabArm(verifier, token, root_url(forge_setting(settings, "GITLAB_URL")))
 
 
 async def gitlab_identity(arm: GitLabArm, client: ForgeClient) -> int:
