@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,15 @@ def job_image(docker_client: Any) -> str:
 
 
 @pytest.fixture(scope="session")
+def squid_binary() -> str:
+    """Debian's squid, the egress proxy; `./dev test` installs it."""
+    found = shutil.which("squid") or shutil.which("squid", path="/usr/sbin")
+    if found is None:
+        pytest.fail("no squid: `./dev test` installs Debian's (apt-get install squid)")
+    return found
+
+
+@pytest.fixture(scope="session")
 def seed_diff() -> Path:
     if not SEED_DIFF.is_file():
         pytest.fail(f"the reference change is missing at {SEED_DIFF}; set SHARED_DIR to the shared/ folder")
@@ -128,6 +138,7 @@ SERVICE_FIXTURES = {
     "redis": {"valkey_url", "client", "private_redis"},
     "docker": {"docker_client", "job_image"},
     "node": {"seed_diff"},
+    "squid": {"squid_binary"},
 }
 
 

@@ -1,0 +1,138 @@
+"""Egress: the switch (`PI_EGRESS`) and the allowlist grammar, as the reference reads them. Pure.
+
+The reference's `egress-allowlist.conf` is a squid `dstdomain` file: one name per line, a leading dot for a domain
+and its subdomains (`.github.com`), comments on lines of their own. One file serves a Node and a Python host. Ours
+adds `name:port` (a tunnel to a port other than 443), for the per-profile lists the inventory renders; a reference
+file has none, so it reads the same here. What the file may not say is refused by line: a bare or embedded
+wildcard (`*`, `.`), a comment after an entry (squid's reading of it is not known), a port out of range, a name
+that is not one.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from pi_dispatch.core.errors import ConfigError, Problem
+
+EGRESS_VARIABLE: Final = "PI_EGRESS"
+ALLOWLIST_VARIABLE: Final = "PI_EGRESS_ALLOWLIST_FILE"
+ALLOWLIST_FILE: Final = "egress-allowlist.conf"  # beside the worker's env file, as the reference keeps it
+PROXY_PORT: Final = 3128  # the reference's EGRESS_PROXY_PORT
+TLS_PORT: Final = 443  # what a bare name's tunnel may reach
+PLAIN_PORT: Final = 80  # what a plain (unencrypted) request to a listed name may reach
+_LABEL: Final = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+_WRITTEN: Final = re.compile(r"(?P<host>\[[0-9a-fA-F:.]+\]|[^:\s]+)(?::(?P<port>[0-9]{1,5}))?")
+ALLOWLIST_FIX: Final = (
+    "one name per line (api.example.com), a leading dot for a domain and its subdomains (.example.com), optionally "
+    ":port; comments on their own lines"
+)
+
+
+def egress_armed(raw: str | None) -> bool:
+    """The reference's strict switch: unset, empty or `1` is on; exactly `0` is off; anything else raises
+    ValueError (a config error at boot)."""
+    if raw is None or raw in ("", "1"):
+        return True
+    if raw == "0":
+        return False
+    raise ValueError("must be exactly 0 (off) or 1 (on, as unset)")
+
+
+@dataclass(frozen=True, order=True)
+class Destination:
+    """One allowed destination: a name (or an IP literal, matched as written), whether its subdomains count too,
+    and the port a tunnel to it may reach."""
+
+    host: str
+    subdomains: bool = False
+    port: int = TLS_PORT
+
+    @property
+    def literal(self) -> bool:
+        return _is_address(self.host)
+
+    @property
+    def written(self) -> str:
+        """As squid's `dstdomain` reads it: `.example.com` for a domain and its subdomains."""
+        return ("." if self.subdomains else "") + self.host
+
+    def covers(self, host: str) -> bool:
+        """Whether a request naming `host` (as written in it) is to this destination's name."""
+        name = host.lower().rstrip(".")
+        return name == self.host or (self.subdomains and name.endswith("." + self.host))
+
+
+@dataclass(frozen=True)
+class Allowlist:
+    """The destinations a job may reach, in file order, no duplicates."""
+
+    destinations: tuple[Destination, ...] = ()
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return tuple(sorted({destination.port for destination in self.destinations}))
+
+    def on_port(self, port: int) -> tuple[Destination, ...]:
+        return tuple(destination for destination in self.destinations if destination.port == port)
+
+    def allows(self, host: str, port: int) -> bool:
+        """Whether a tunnel to host:port is listed (names as written; the proxy also refuses private addresses)."""
+        return any(d.port == port and d.covers(host) for d in self.destinations)
+
+
+def parse_allowlist(text: str, source: str) -> Allowlist:
+    """The allowlist in `text`; raises ConfigError naming each refused line of `source` (never its value)."""
+    found: list[Destination] = []
+    problems: list[Problem] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        entry = line.strip()
+        if not entry or entry.startswith("#"):
+            continue
+        try:
+            destination = _destination(entry)
+        except ValueError as refused:
+            problems.append(Problem(f"line {number}", str(refused), source, ALLOWLIST_FIX))
+            continue
+        if destination not in found:
+            found.append(destination)
+    if problems:
+        raise ConfigError(problems)
+    return Allowlist(tuple(found))
+
+
+def _destination(entry: str) -> Destination:
+    if "#" in entry:
+        raise ValueError("has a comment after its entry")
+    if "*" in entry:
+        raise ValueError("has a wildcard: write .example.com for a domain and its subdomains")
+    if any(character.isspace() for character in entry):
+        raise ValueError("holds more than one entry")
+    written = _WRITTEN.fullmatch(entry)
+    if written is None:
+        raise ValueError("is not a name, an address or name:port")
+    host, port = written["host"].lower(), int(written["port"]) if written["port"] else TLS_PORT
+    if not 1 <= port <= 65_535:
+        raise ValueError("has a port out of 1-65535")
+    subdomains = host.startswith(".")
+    host = host.removeprefix(".").rstrip(".") if not host.startswith("[") else host
+    if _is_address(host):
+        if subdomains:
+            raise ValueError("puts a dot before an address")
+        return Destination(host, False, port)
+    labels = host.split(".")
+    if len(labels) < 2 or not all(_LABEL.fullmatch(label) for label in labels) or labels[-1].isdigit():
+        raise ValueError("is not a name of two labels or more (a bare top-level domain is a wildcard)")
+    if len(host) > 253:
+        raise ValueError("is a name over 253 characters")
+    return Destination(host, subdomains, port)
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.removeprefix("[").removesuffix("]"))
+    except ValueError:
+        return False
+    return True
