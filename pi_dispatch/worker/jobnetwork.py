@@ -12,6 +12,12 @@ from the host's side. Rules are rejected, not dropped, so a job that tries fails
 Applied by `pi-dispatch job-network` as root (the role runs it from a oneshot unit each time Docker starts);
 idempotent: what is there is checked (`iptables -C`) and only what is missing is inserted. IPv4 only: the network
 is made without IPv6, so a job has no IPv6 route to be filtered.
+
+With egress on (`core/egress.py`), jobs run on the egress network instead: `--internal` (Docker gives it no way
+out), inter-container traffic off, and rules that leave one way out, the proxy on the bridge's gateway; every other
+connection to the host or past it is refused at once (a reset for TCP, unreachable for the rest; Docker's own
+isolation drops, and a job would hang on it). Its jobs get a resolver that is not there (`NO_RESOLVER`), so a name
+lookup fails at once and carries nothing out: the proxy resolves names, the job never does.
 """
 
 from __future__ import annotations
@@ -34,6 +40,12 @@ DENIED: Final = (
     "224.0.0.0/4", "240.0.0.0/4",
 )  # fmt: skip
 REJECT: Final = ("-j", "REJECT", "--reject-with", "icmp-admin-prohibited")
+RESET: Final = ("-j", "REJECT", "--reject-with", "tcp-reset")  # a TCP connect is refused, not left unanswered
+EGRESS_NETWORK: Final = "pi-egress"
+EGRESS_BRIDGE: Final = "pi-egress0"
+EGRESS_LABEL: Final = "pi-dispatch.egress-network"
+# The resolv.conf an egress job gets: a resolver on its own loopback, where nothing listens.
+NO_RESOLVER: Final = "nameserver 127.0.0.1\noptions attempts:1 timeout:1\n"
 FORWARD_CHAIN: Final = "DOCKER-USER"
 HOST_CHAIN: Final = "INPUT"
 IPTABLES: Final = ("iptables", "-w", "10")  # -w: wait for the xtables lock rather than fail beside dockerd
@@ -73,6 +85,16 @@ def rules_for(bridge: str, denied: Sequence[str]) -> list[Rule]:
     return [*forward, Rule(HOST_CHAIN, ("-i", bridge, *REJECT))]
 
 
+def egress_rules_for(bridge: str, gateway: str, port: int) -> list[Rule]:
+    """What leaves a job on the egress `bridge` one way out, the proxy at gateway:port; in this order (the first
+    match wins), which `apply_rules` keeps."""
+    proxy = ("-i", bridge, "-d", f"{gateway}/32", "-p", "tcp", "-m", "tcp", "--dport", str(port), "-j", "ACCEPT")
+    refused = [("-i", bridge, "-p", "tcp", *RESET), ("-i", bridge, *REJECT)]
+    return [Rule(HOST_CHAIN, proxy), *(Rule(HOST_CHAIN, spec) for spec in refused)] + [
+        Rule(FORWARD_CHAIN, spec) for spec in refused
+    ]
+
+
 def missing_rules(rules: Sequence[Rule], run: Runner = subprocess.run) -> list[Rule]:
     """The rules not in place (`iptables -C` per rule). Raises JobNetworkError when iptables cannot be asked."""
     try:
@@ -89,9 +111,16 @@ def missing_rules(rules: Sequence[Rule], run: Runner = subprocess.run) -> list[R
 
 
 def apply_rules(rules: Sequence[Rule], run: Runner = subprocess.run) -> list[Rule]:
-    """Insert the missing rules at the top of their chains (before Docker's RETURN); returns what was added."""
+    """The rules at the top of their chains (before Docker's RETURN), in their declared order; returns what was
+    missing. When one is, the others are taken out and all put back, so a rule inserted alone cannot land before
+    one it must follow."""
     missing = missing_rules(rules, run)
-    for rule in reversed(missing):  # inserted at 1 in reverse: they end up in the declared order
+    if not missing:
+        return []
+    for rule in rules:
+        if rule not in missing:
+            run([*IPTABLES, "-D", rule.chain, *rule.spec], capture_output=True, text=True, check=False)
+    for rule in reversed(rules):  # inserted at 1 in reverse: they end up in the declared order
         done = run([*IPTABLES, "-I", rule.chain, "1", *rule.spec], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             reason = (done.stderr.strip().splitlines() or ["no reason given"])[-1]
@@ -99,21 +128,40 @@ def apply_rules(rules: Sequence[Rule], run: Runner = subprocess.run) -> list[Rul
     return missing
 
 
-def ensure_network(client: Any, name: str, bridge: str) -> bool:
-    """The network, made when absent (True); an existing one must be a bridge on `bridge`, else JobNetworkError."""
+def ensure_network(client: Any, name: str, bridge: str, *, internal: bool = False) -> bool:
+    """The network, made when absent (True); an existing one must be a bridge on `bridge` (internal when asked),
+    else JobNetworkError."""
     from docker.errors import NotFound
 
     try:
         found = client.networks.get(name)
     except NotFound:
         options = {"com.docker.network.bridge.name": bridge, "com.docker.network.bridge.enable_icc": "false"}
-        client.networks.create(name, driver="bridge", options=options, labels={LABEL: "1"}, enable_ipv6=False)
+        label = EGRESS_LABEL if internal else LABEL
+        client.networks.create(
+            name, driver="bridge", options=options, labels={label: "1"}, enable_ipv6=False, internal=internal
+        )
         return True
     attributes = found.attrs
     given = (attributes.get("Options") or {}).get("com.docker.network.bridge.name")
-    if attributes.get("Driver") != "bridge" or given != bridge:
+    if attributes.get("Driver") != "bridge" or given != bridge or bool(attributes.get("Internal")) != internal:
+        kind = "an internal bridge" if internal else "a bridge"
         raise JobNetworkError(
-            f"the Docker network {name} exists but is not a bridge named {bridge}: remove it (docker network rm "
+            f"the Docker network {name} exists but is not {kind} named {bridge}: remove it (docker network rm "
             f"{name}) or name another with --name"
         )
     return False
+
+
+def gateway_of(client: Any, name: str) -> str:
+    """The host's address on the network `name` (its bridge's gateway), where the egress proxy listens."""
+    from docker.errors import NotFound
+
+    try:
+        pools = client.networks.get(name).attrs.get("IPAM", {}).get("Config") or []
+    except NotFound:
+        raise JobNetworkError(f"no Docker network {name}: run pi-dispatch egress-proxy, which makes it") from None
+    gateways = [pool["Gateway"] for pool in pools if isinstance(pool, dict) and pool.get("Gateway")]
+    if not gateways:
+        raise JobNetworkError(f"the Docker network {name} has no gateway: remove it and run egress-proxy again")
+    return str(gateways[0]).split("/")[0]

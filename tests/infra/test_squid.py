@@ -1,113 +1,30 @@
 """The egress proxy's rules, run by Debian's real squid against a stand-in internet on documentation addresses
-(198.51.100.0/24, a Docker network of this test's own), names pinned in a hosts file of its own."""
+(a block of 203.0.113.0/24, a Docker network of this test's own), names pinned in a hosts file of its own."""
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import subprocess
-import tempfile
-import time
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pi_dispatch.core.egress import parse_allowlist
-from pi_dispatch.infra.squid import ProxyPlace, squid_config
+from tests.support.egress import CEILING_S, running_squid, stand_in_internet
 
 pytestmark = [pytest.mark.docker, pytest.mark.squid]
-CEILING_S = 30.0  # only a hang reaches it
-SUBNET, ALLOWED_IP, DENIED_IP = "198.51.100.0/24", "198.51.100.10", "198.51.100.11"
-HOSTS = f"""
-{ALLOWED_IP} allowed.example a.wide.example wide.example
-{DENIED_IP} denied.example
-10.200.0.1 inside.example
-127.0.0.1 loop.example
-"""
-ALLOWLIST = """
-# the stand-in's own names
-allowed.example
-.wide.example
-allowed.example:8443
-inside.example
-loop.example
-"""
-SERVE = "mkdir /w; echo stand-in >/w/index.html; httpd -p 80 -h /w; httpd -p 8443 -h /w; httpd -f -p 443 -h /w"
+
+
+SUBNET = "203.0.113.0/26"
+ALLOWED_IP = "203.0.113.10"  # what the stand-in's allowed name resolves to
 
 
 @pytest.fixture(scope="module")
-def internet(docker_client: Any, job_image: str) -> Iterator[None]:
-    """Two servers (80, 443 and 8443 each) on a network of documentation addresses, reachable from the host."""
-    from docker.types import IPAMConfig, IPAMPool
-
-    network = docker_client.networks.create(
-        f"pi-test-internet-{uuid.uuid4().hex[:8]}", ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=SUBNET)])
-    )
-    servers = []
-    try:
-        for address in (ALLOWED_IP, DENIED_IP):
-            server = docker_client.containers.create(
-                job_image, entrypoint=["/bin/busybox", "sh", "-c", SERVE], network=network.name, detach=True
-            )
-            network.disconnect(server)
-            network.connect(server, ipv4_address=address)
-            server.start()
-            servers.append(server)
-        for address in (ALLOWED_IP, DENIED_IP):
-            _until_listening(address, 443)
-        yield
-    finally:
-        for server in servers:
-            server.remove(force=True)
-        network.remove()
-
-
-@pytest.fixture(scope="module")
-def proxy(internet: None, squid_binary: str) -> Iterator[int]:
-    """squid in the foreground with the rendered rules; its port."""
-    with tempfile.TemporaryDirectory(prefix="pi-test-squid-") as made:  # not under pytest's 0700 folders
-        state = Path(made)
-        state.chmod(0o777)  # squid drops to Debian's proxy user once it has its port
-        yield from _running_squid(squid_binary, state)
-
-
-def _running_squid(squid_binary: str, state: Path) -> Iterator[int]:
-    (state / "hosts").write_text(HOSTS)
-    port = _free_port()
-    place = ProxyPlace("127.0.0.1", state, port, hosts_file=state / "hosts", user="proxy")
-    (state / "squid.conf").write_text(squid_config(parse_allowlist(ALLOWLIST, "test"), place))
-    squid = subprocess.Popen([squid_binary, "-N", "-f", str(state / "squid.conf")], stderr=subprocess.PIPE)
-    try:
-        _until_listening("127.0.0.1", port, squid)
-        yield port
-    finally:
-        squid.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            squid.wait(CEILING_S)
-        squid.kill()
-        if squid.stderr is not None:
-            squid.stderr.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _until_listening(host: str, port: int, process: subprocess.Popen[bytes] | None = None) -> None:
-    deadline = time.monotonic() + CEILING_S
-    while True:
-        if process is not None and process.poll() is not None:
-            said = process.stderr.read() if process.stderr else b""
-            raise AssertionError(f"squid exited {process.returncode}: {said!r}")
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
-            return
-        assert time.monotonic() < deadline, f"nothing listens on {host}:{port}"
-        time.sleep(0.05)
+def proxy(docker_client: Any, job_image: str, squid_binary: str) -> Iterator[int]:
+    """squid on loopback with the rendered rules, the stand-in internet behind it; its port."""
+    with stand_in_internet(docker_client, job_image, SUBNET) as stand_in:
+        assert stand_in.allowed == ALLOWED_IP
+        with running_squid(squid_binary, stand_in) as running:
+            yield running.port
 
 
 def _exchange(port: int, request: str, then: str | None = None) -> tuple[int, bytes]:
@@ -122,7 +39,7 @@ def _exchange(port: int, request: str, then: str | None = None) -> tuple[int, by
         if status != 200:
             return status, head
         connection.sendall(then.encode())
-        return status, _read_all(connection)
+        return status, head + _read_all(connection)  # the server may have spoken first, with the head
 
 
 def _read_head(connection: socket.socket) -> bytes:

@@ -1,0 +1,135 @@
+"""A stand-in internet on documentation addresses (a block of 203.0.113.0/24 per test module, a Docker network of
+its own, never any other address; the job network's test holds 198.51.100.0/24) and Debian's squid run with the
+egress proxy's rendered rules, for the egress tests."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pi_dispatch.core.egress import parse_allowlist
+from pi_dispatch.infra.squid import ProxyPlace, squid_config
+
+CEILING_S = 30.0  # only a hang reaches it
+# The names the proxy resolves (its own hosts file): two stand-ins, and listed names pointed inside.
+HOSTS = """
+{allowed} allowed.example a.wide.example wide.example
+{denied} denied.example
+10.200.0.1 inside.example
+127.0.0.1 loop.example
+"""
+ALLOWLIST = """
+# the stand-in's own names
+allowed.example
+.wide.example
+allowed.example:8443
+inside.example
+loop.example
+"""
+GREETING = "stand-in"
+# 80 and 8443 answer HTTP; 443 greets whoever connects, so a tunnel to it shows at once that it reached the server
+_WEB = f"mkdir /w; echo {GREETING} >/w/index.html; httpd -p 80 -h /w; httpd -p 8443 -h /w"
+SERVE = f"{_WEB}; nc -ll -p 443 -e echo {GREETING}"
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """Two servers of a stand-in internet: the one the names in the allowlist reach, and one they do not."""
+
+    allowed: str
+    denied: str
+
+    @property
+    def hosts(self) -> str:
+        return HOSTS.format(allowed=self.allowed, denied=self.denied)
+
+
+@contextlib.contextmanager
+def stand_in_internet(client: Any, image: str, subnet: str) -> Iterator[StandIn]:
+    """Two servers (80 and 8443 answer HTTP, 443 greets) on `subnet` (a block of 203.0.113.0/24), reachable from the
+    host."""
+    from docker.types import IPAMConfig, IPAMPool
+
+    block = ipaddress.IPv4Network(subnet)
+    assert block.subnet_of(ipaddress.IPv4Network("203.0.113.0/24")), "documentation addresses only"
+    stand_in = StandIn(str(block[10]), str(block[11]))
+    network = client.networks.create(
+        f"pi-test-internet-{uuid.uuid4().hex[:8]}", ipam=IPAMConfig(pool_configs=[IPAMPool(subnet=subnet)])
+    )
+    servers = []
+    try:
+        for address in (stand_in.allowed, stand_in.denied):
+            server = client.containers.create(
+                image, entrypoint=["/bin/busybox", "sh", "-c", SERVE], network=network.name, detach=True
+            )
+            network.disconnect(server)
+            network.connect(server, ipv4_address=address)
+            server.start()
+            servers.append(server)
+        for address in (stand_in.allowed, stand_in.denied):
+            until_listening(address, 443)
+        yield stand_in
+    finally:
+        for server in servers:
+            server.remove(force=True)
+        network.remove()
+
+
+@dataclass(frozen=True)
+class Proxy:
+    address: str
+    port: int
+    state: Path
+
+
+@contextlib.contextmanager
+def running_squid(
+    squid_binary: str, stand_in: StandIn, listen: str = "127.0.0.1", allowlist: str = ALLOWLIST
+) -> Iterator[Proxy]:
+    """squid in the foreground with the rendered rules for `allowlist`, names resolved to the stand-in."""
+    with tempfile.TemporaryDirectory(prefix="pi-test-squid-") as made:  # not under pytest's 0700 folders
+        state = Path(made)
+        state.chmod(0o777)  # squid drops to Debian's proxy user once it has its port
+        (state / "hosts").write_text(stand_in.hosts)
+        port = free_port(listen)
+        place = ProxyPlace(listen, state, port, hosts_file=state / "hosts", user="proxy")
+        (state / "squid.conf").write_text(squid_config(parse_allowlist(allowlist, "test"), place))
+        squid = subprocess.Popen([squid_binary, "-N", "-f", str(state / "squid.conf")], stderr=subprocess.PIPE)
+        try:
+            until_listening(listen, port, squid)
+            yield Proxy(listen, port, state)
+        finally:
+            squid.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                squid.wait(CEILING_S)
+            squid.kill()
+            squid.wait()
+            if squid.stderr is not None:
+                squid.stderr.close()
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        return int(probe.getsockname()[1])
+
+
+def until_listening(host: str, port: int, process: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + CEILING_S
+    while True:
+        if process is not None and process.poll() is not None:
+            said = process.stderr.read() if process.stderr else b""
+            raise AssertionError(f"squid exited {process.returncode}: {said!r}")
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+            return
+        assert time.monotonic() < deadline, f"nothing listens on {host}:{port}"
+        time.sleep(0.05)
