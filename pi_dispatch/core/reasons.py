@@ -40,6 +40,7 @@ class Reason(StrEnum):
     UNPROTECTED_BRANCH = "unprotected-branch"
     RUNNER_POLICY = "runner-policy"
     EGRESS_PROXY_MISSING = "egress-proxy-missing"
+    EGRESS_PROXY_STOPPED = "egress-proxy-stopped"
     # the job's container
     JOB_IMAGE_MISSING = "job-image-missing"
     # this port's own: an image the host does not allow (PI_ALLOWED_IMAGES), a job larger or deeper than allowed

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from pi_dispatch.core.records import UNRECOGNIZED_REASON, build_record
 
 FIELDS = [
@@ -83,6 +85,12 @@ def test_unknown_reason_is_not_copied() -> None:
         build(forge_job(), {"outcome": "policy", "reason": "secret-profile-unknown"})["reason"]
         == "secret-profile-unknown"
     )
+
+
+@pytest.mark.parametrize("reason", ["egress-proxy-missing", "egress-proxy-stopped"])
+def test_a_node_workers_egress_refusal_reads_back_as_it_is(reason: str) -> None:
+    """The reference refuses a job pre-spend with these when its egress proxy is gone or stopped."""
+    assert build(forge_job(), {"outcome": "policy", "reason": reason})["reason"] == reason
 
 
 def test_failed_when_there_is_no_result() -> None:
