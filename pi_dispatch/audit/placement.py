@@ -24,7 +24,7 @@ from pi_dispatch.audit.drift import (
 from pi_dispatch.audit.findings import CODES, SEVERITIES, Finding, Report, Severity
 from pi_dispatch.audit.store import store_findings
 from pi_dispatch.config.hostvars import InventoryHost, host_problems
-from pi_dispatch.config.worker_settings import clock_skew_max_ms, steal_after_ms
+from pi_dispatch.config.rolevars import declared_whole
 from pi_dispatch.core.capabilities import CAP_SECRET, DEFAULT_SECRET_TOKEN, job_needs, need_label, profile_variable
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.core.rehoming import rehome_after_ms
@@ -281,17 +281,18 @@ def audit(
         }
         findings += queue_findings(host_queues, defaultdict(lambda: rehome_after_ms(None), after), now_ms)
         findings += draining_findings(live_rows, host_queues, now_ms)
-        delays = {
-            host.worker_name: steal_after_ms(inventory.declared("steal_after_ms"))
-            for host, inventory in zip(fleet, hosts, strict=True)
-        }
-        findings += idle_slot_findings(live_rows, waiting, defaultdict(lambda: steal_after_ms(None), delays))
+
+        def declared(field: str) -> defaultdict[str, int]:  # each host's value, the default for one not listed
+            found: defaultdict[str, int] = defaultdict(lambda: declared_whole(field, None))
+            found.update(
+                (host.worker_name, declared_whole(field, inventory.declared(field)))
+                for host, inventory in zip(fleet, hosts, strict=True)
+            )
+            return found
+
+        findings += idle_slot_findings(live_rows, waiting, declared("steal_after_ms"))
         findings += invalid_row_findings(invalid_rows)
-        bounds = {
-            host.worker_name: clock_skew_max_ms(inventory.declared("clock_skew_max_ms"))
-            for host, inventory in zip(fleet, hosts, strict=True)
-        }
-        findings += clock_findings(live_rows, defaultdict(lambda: clock_skew_max_ms(None), bounds))
+        findings += clock_findings(live_rows, declared("clock_skew_max_ms"))
         findings += cron_drift_findings(hosts, fleet, live_rows, cron_files)
         findings += store_findings(store, now_ms)
     findings += _placement_findings(triggers, fleet, down, liveness)

@@ -15,8 +15,8 @@ from pydantic.fields import FieldInfo
 from pi_dispatch.config.declaration import DeclaredSettings
 from pi_dispatch.config.kinds import X_FIX, bounds_of, extra, form_of
 from pi_dispatch.config.receiver_settings import RECEIVER_MODEL
-from pi_dispatch.config.rolevars import PREFIX, RoleVars
-from pi_dispatch.config.worker_settings import WorkerSettings, host_variable
+from pi_dispatch.config.rolevars import PREFIX, RoleVars, host_variable
+from pi_dispatch.config.worker_settings import WorkerSettings
 from pi_dispatch.core.jobs import JOB_VARIABLES
 
 GENERATED: Final = ("worker-env", "host-vars", "receiver-env")

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic.fields import FieldInfo
 
+from pi_dispatch.config.declaration import ENV_ONLY
 from pi_dispatch.config.forms import Bounds, FlagForm, Form, TextForm
-from pi_dispatch.config.kinds import ABSOLUTE_PATH, X_FIX, extra, form_of, matching, refused
+from pi_dispatch.config.kinds import ABSOLUTE_PATH, X_FIX, X_HOST_VAR, extra, form_of, matching, refused
 from pi_dispatch.config.patterns import schema_pattern
-from pi_dispatch.config.worker_settings import WorkerSettings, host_variable
+from pi_dispatch.config.worker_settings import WorkerSettings
 from pi_dispatch.core.names import HOST_VAR_PREFIX
 
 PREFIX: Final = HOST_VAR_PREFIX
@@ -169,3 +171,19 @@ def host_forms() -> dict[str, tuple[Form, str]]:
     for info in RoleVars.model_fields.values():
         forms[str(info.validation_alias)] = (form_of(info), extra(info, X_FIX))
     return forms
+
+
+def host_variable(field_name: str, info: FieldInfo) -> str | None:
+    """The inventory variable that declares a setting: `pi_dispatch_worker_<field>` unless it names its own;
+    None for a setting the role renders itself."""
+    declared = info.json_schema_extra.get(X_HOST_VAR) if isinstance(info.json_schema_extra, dict) else None
+    if declared == ENV_ONLY:
+        return None
+    return HOST_VAR_PREFIX + str(declared or field_name)
+
+
+def declared_whole(field_name: str, declared: object) -> int:
+    """A whole-number setting a host runs with (`steal_after_ms`), from what its inventory declares: the default
+    when it declares nothing."""
+    value = declared if isinstance(declared, int) and not isinstance(declared, bool) else None
+    return value if value is not None else int(WorkerSettings.model_fields[field_name].default)

@@ -24,7 +24,6 @@ from pi_dispatch.config.kinds import (
     PRIMARY_NAME_HELP,
     SENTINEL_PASSWORD_HELP,
     SENTINELS_HELP,
-    X_HOST_VAR,
     ContainerUser,
     Cpus,
     Flag,
@@ -48,7 +47,6 @@ from pi_dispatch.config.kinds import (
 from pi_dispatch.config.sources import ENVIRONMENT, HostFacts, MachineDefaults
 from pi_dispatch.core.errors import Problem
 from pi_dispatch.core.jscompat import DAY_MS
-from pi_dispatch.core.names import HOST_VAR_PREFIX
 from pi_dispatch.core.rehoming import REHOME_AFTER_MS, REHOME_FLOOR_MS
 from pi_dispatch.core.waits import WAIT_INTERVAL_FLOOR_MS
 from pi_dispatch.infra.store import DEFAULT_PRIMARY_NAME
@@ -364,24 +362,3 @@ def load_settings(
     settings, raw = load_declared(WorkerSettings, "worker-env", env_file, facts=facts, environment=environment)
     settings._declared_name = bool(raw.values.get("PI_WORKER_NAME"))
     return settings
-
-
-def host_variable(field_name: str, info: FieldInfo) -> str | None:
-    """The inventory variable that declares a setting: `pi_dispatch_worker_<field>` unless it names its own;
-    None for a setting the role renders itself."""
-    declared = info.json_schema_extra.get(X_HOST_VAR) if isinstance(info.json_schema_extra, dict) else None
-    if declared == ENV_ONLY:
-        return None
-    return HOST_VAR_PREFIX + str(declared or field_name)
-
-
-def steal_after_ms(declared: object) -> int:
-    """The stealing delay a host runs with, from what its inventory declares (the default when nothing)."""
-    value = declared if isinstance(declared, int) and not isinstance(declared, bool) else None
-    return value if value is not None else int(WorkerSettings.model_fields["steal_after_ms"].default)
-
-
-def clock_skew_max_ms(declared: object) -> int:
-    """The clock-skew bound a host runs with, from what its inventory declares (the default when nothing)."""
-    value = declared if isinstance(declared, int) and not isinstance(declared, bool) else None
-    return value if value is not None else int(WorkerSettings.model_fields["clock_skew_max_ms"].default)
