@@ -161,7 +161,9 @@ def gateway_of(client: Any, name: str) -> str:
         pools = client.networks.get(name).attrs.get("IPAM", {}).get("Config") or []
     except NotFound:
         raise JobNetworkError(f"no Docker network {name}: run pi-dispatch egress-proxy, which makes it") from None
-    gateways = [pool["Gateway"] for pool in pools if isinstance(pool, dict) and pool.get("Gateway")]
-    if not gateways:
-        raise JobNetworkError(f"the Docker network {name} has no gateway: remove it and run egress-proxy again")
-    return str(gateways[0]).split("/")[0]
+    for pool in pools:
+        if isinstance(pool, dict) and pool.get("Gateway"):
+            return str(pool["Gateway"]).split("/")[0]
+        if isinstance(pool, dict) and pool.get("Subnet"):  # given a subnet alone, Docker takes its first address
+            return str(next(ipaddress.ip_network(str(pool["Subnet"]), strict=False).hosts()))
+    raise JobNetworkError(f"the Docker network {name} has no gateway: remove it and run egress-proxy again")
