@@ -136,3 +136,30 @@ def _is_address(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+@dataclass(frozen=True)
+class Denied:
+    """One destination the proxy refused a job: when (epoch ms), from which address, the method, host and port."""
+
+    at_ms: int
+    client: str
+    method: str
+    host: str
+    port: int
+
+
+_DENIED: Final = re.compile(
+    r"(?P<s>[0-9]{1,12})\.(?P<ms>[0-9]{3}) (?P<client>[0-9a-fA-F.:]{2,45}) (?P<method>[A-Z]{1,16}) "
+    r"(?P<host>[A-Za-z0-9._:\[\]-]{1,255}) (?P<port>[0-9]{1,5})"
+)
+
+
+def parse_denied(line: str) -> Denied | None:
+    """One line of the proxy's refusal log (`infra/squid.DENIED_FORMAT`); None for one that is not (a job chooses
+    the host it asks for, so the line is read as hostile text: anything out of shape is left out)."""
+    found = _DENIED.fullmatch(line.strip())
+    if found is None or not 0 < int(found["port"]) <= 65_535 or not _is_address(found["client"]):
+        return None
+    at_ms = int(found["s"]) * 1000 + int(found["ms"])
+    return Denied(at_ms, found["client"], found["method"], found["host"].lower(), int(found["port"]))

@@ -7,7 +7,10 @@ Debian's squid, as the reference runs it, with the rules measured on these machi
   a name in the list cannot be pointed at the host or the LAN;
 - a tunnel (`CONNECT`) reaches only the port its entry lists (443 for a bare name);
 - a plain request reaches only a listed name on port 80, so a plain `https://` forward is refused too;
-- nothing is cached, nothing about the job is forwarded (no `Via`, no `X-Forwarded-For`), squid names no version.
+- nothing is cached, nothing about the job is forwarded (no `Via`, no `X-Forwarded-For`), squid names no version;
+- every refusal is written to `denied.log` in its state folder, one line each (`core/egress.parse_denied`): when,
+  from which job address, the method, the host and the port, never a path or a query (they could carry what a
+  job was told to send out); nothing it allows is logged.
 Names resolve with the host's own resolver: `/etc/hosts` (or `hosts_file`), then its DNS, so a site can pin one.
 """
 
@@ -26,6 +29,9 @@ NON_PUBLIC: Final = (
 )  # fmt: skip
 # Not `::/128` nor `::ffff:0:0/96`: squid reads both as covering every IPv4 address, which refuses everything.
 HEADER: Final = "# Rendered by pi-dispatch: the egress proxy of this host's jobs. A rollout overwrites edits."
+DENIED_LOG: Final = "denied.log"
+# when (epoch seconds.ms), the job's address, the method, the host and port asked for (no path, no query)
+DENIED_FORMAT: Final = "%ts.%03tu %>a %rm %>rd %>rP"
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,9 @@ def _process(place: ProxyPlace) -> list[str]:
     lines = [
         f"pid_filename {state / 'squid.pid'}",
         f"cache_log {state / 'cache.log'}",
-        "access_log none",
+        f"logformat denied {DENIED_FORMAT}",
+        "acl refused http_status 403",
+        f"access_log stdio:{state / DENIED_LOG} logformat=denied refused",
         "cache deny all",
         "cache_mem 8 MB",
         f"coredump_dir {state}",

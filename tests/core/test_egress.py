@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pi_dispatch.core.egress import Destination, egress_armed, parse_allowlist
+from pi_dispatch.core.egress import Denied, Destination, egress_armed, parse_allowlist, parse_denied
 from pi_dispatch.core.errors import ConfigError
 
 
@@ -65,3 +65,27 @@ def test_what_the_file_may_not_say_is_refused_by_line_never_by_value(line: str, 
     [problem] = refused.value.problems
     assert problem.subject == "line 2" and why in problem.message and problem.source == "egress-allowlist.conf"
     assert len(line) < 5 or line.split(maxsplit=1)[0] not in problem.subject + problem.message
+
+
+def test_a_refusal_line_reads_as_when_who_what_where() -> None:
+    found = parse_denied("1796483585.623 172.18.0.3 CONNECT Paste.Example 443\n")
+    assert found == Denied(1_796_483_585_623, "172.18.0.3", "CONNECT", "paste.example", 443)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "garbage",
+        "1796483585.623 172.18.0.3 CONNECT paste.example 0",
+        "1796483585.623 172.18.0.3 CONNECT paste.example 70000",
+        "1796483585.623 not-an-address CONNECT paste.example 443",
+        "1796483585.623 172.18.0.3 connect paste.example 443",
+        "1796483585.623 172.18.0.3 CONNECT paste.example/../x 443",
+        "1796483585.623 172.18.0.3 CONNECT " + "a" * 300 + " 443",
+        "1796483585.623 172.18.0.3 CONNECT paste.example 443 extra",
+        "1796483585.623 172.18.0.3 CONNECT pa\x1bste.example 443",
+    ],
+)
+def test_a_line_out_of_shape_is_left_out(line: str) -> None:
+    assert parse_denied(line) is None

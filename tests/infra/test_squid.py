@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.support.egress import CEILING_S, running_squid, stand_in_internet
+from pi_dispatch.core.egress import parse_denied
+from pi_dispatch.infra.squid import DENIED_LOG
+from tests.support.egress import CEILING_S, Proxy, running_squid, stand_in_internet
 
 pytestmark = [pytest.mark.docker, pytest.mark.squid]
 
@@ -19,12 +22,17 @@ ALLOWED_IP = "203.0.113.10"  # what the stand-in's allowed name resolves to
 
 
 @pytest.fixture(scope="module")
-def proxy(docker_client: Any, job_image: str, squid_binary: str) -> Iterator[int]:
-    """squid on loopback with the rendered rules, the stand-in internet behind it; its port."""
+def running(docker_client: Any, job_image: str, squid_binary: str) -> Iterator[Proxy]:
+    """squid on loopback with the rendered rules, the stand-in internet behind it."""
     with stand_in_internet(docker_client, job_image, SUBNET) as stand_in:
         assert stand_in.allowed == ALLOWED_IP
-        with running_squid(squid_binary, stand_in) as running:
-            yield running.port
+        with running_squid(squid_binary, stand_in) as started:
+            yield started
+
+
+@pytest.fixture
+def proxy(running: Proxy) -> int:
+    return running.port
 
 
 def _exchange(port: int, request: str, then: str | None = None) -> tuple[int, bytes]:
@@ -101,3 +109,27 @@ def test_plain_http_reaches_only_a_listed_name_on_port_80(proxy: int) -> None:
     assert plain(proxy, "http://allowed.example:8443/")[0] == 403
     assert plain(proxy, "https://allowed.example/")[0] == 403  # a plain forward to the TLS port
     assert plain(proxy, f"http://{ALLOWED_IP}/")[0] == 403
+
+
+def test_each_refusal_is_logged_with_its_host_and_port_and_nothing_allowed_is(running: Proxy) -> None:
+    marker = f"refused-{time.time_ns()}.example"
+    assert connect(running.port, f"{marker}:443")[0] == 403
+    assert plain(running.port, f"http://{marker}/a/path?with=a-secret")[0] == 403
+    assert connect(running.port, "allowed.example:443")[0] == 200
+    log = running.state / DENIED_LOG
+    deadline = time.monotonic() + CEILING_S
+    while True:  # squid writes its log lines as it goes; only a hang reaches the ceiling
+        lines = log.read_text().splitlines() if log.exists() else []
+        mine = [found for line in lines if (found := parse_denied(line)) is not None and found.host == marker]
+        if len(mine) >= 2:
+            break
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.05)
+    assert {(found.method, found.port, found.client) for found in mine} == {
+        ("CONNECT", 443, "127.0.0.1"),
+        ("GET", 80, "127.0.0.1"),
+    }
+    assert all(abs(found.at_ms - time.time() * 1000) < 600_000 for found in mine)
+    text = log.read_text()
+    assert "a-secret" not in text and "/a/path" not in text, text
+    assert "CONNECT allowed.example 443" not in text, text  # the tunnel it allowed
