@@ -23,7 +23,7 @@ from pi_dispatch.cli.jobs import enqueue, route
 from pi_dispatch.cli.receiver import init, receiver_app
 from pi_dispatch.cli.rollout import rollout_app
 from pi_dispatch.cli.steer import cancel, drain, resume, retry
-from pi_dispatch.cli.worker import job_network, worker
+from pi_dispatch.cli.worker import egress_proxy, job_network, worker
 from pi_dispatch.core.errors import ConfigError, ExitStatus, PiDispatchError
 
 app = typer.Typer(
@@ -57,6 +57,7 @@ def _root(
 app.command()(demo)
 app.command()(worker)
 app.command("job-network")(job_network)
+app.command("egress-proxy")(egress_proxy)
 app.add_typer(receiver_app, name="receiver")
 app.add_typer(rollout_app, name="rollout")
 app.command("init")(init)
@@ -89,6 +90,7 @@ EXAMPLES: Final = {
     ("demo",): "pi-dispatch demo --keep",
     ("worker",): "pi-dispatch worker --env-file /etc/pi-dispatch/worker.env",
     ("job-network",): "pi-dispatch job-network --deny 203.0.113.7 --check",
+    ("egress-proxy",): "pi-dispatch egress-proxy --env-file /etc/pi-dispatch/worker.env --check",
     ("receiver", "serve"): "pi-dispatch receiver serve --env-file /etc/pi-dispatch/receiver.env",
     ("receiver", "check"): "pi-dispatch receiver check --env-file /etc/pi-dispatch/receiver.env --json",
     ("rollout", "in-flight"): "pi-dispatch rollout in-flight -i inventory.example/ --host mini1",

@@ -1,15 +1,16 @@
 """`pi-dispatch worker`: this host's worker, until SIGTERM (its run is `worker/entry.py`); `pi-dispatch job-network`:
-the network its jobs join, kept off the host and the LAN (`worker/jobnetwork.py`)."""
+the network its jobs join, kept off the host and the LAN (`worker/jobnetwork.py`); `pi-dispatch egress-proxy`: the
+proxy that is their one way out when egress is on (`worker/egressproxy.py`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from pi_dispatch.infra.units import ENV_FILE_OPTION
-from pi_dispatch.worker.jobnetwork import DEFAULT_BRIDGE, DEFAULT_NETWORK
+from pi_dispatch.worker.jobnetwork import DEFAULT_BRIDGE, DEFAULT_NETWORK, EGRESS_BRIDGE, EGRESS_NETWORK
 
 
 def worker(
@@ -56,11 +57,7 @@ def job_network(
         rules = rules_for(bridge, denied_ranges(deny or ()))
     except ValueError as error:
         raise ConfigError([Problem("--deny", str(error), "the command line", "an IPv4 address or range")]) from None
-    try:
-        client = docker.from_env()
-    except docker.errors.DockerException as error:
-        console.print(f"job network: the Docker daemon does not answer ({type(error).__name__})", highlight=False)
-        raise typer.Exit(1) from None
+    client = _docker_or_exit("job network")
     try:
         if check:
             exists = name in {network.name for network in client.networks.list(names=[name])}
@@ -79,3 +76,65 @@ def job_network(
         client.close()
     said = "made" if made else "in place"
     console.print(f"network {name} ({bridge}) {said}; {len(added)} of {len(rules)} rules added", highlight=False)
+
+
+def egress_proxy(
+    env_file: Annotated[
+        Path | None,
+        typer.Option(
+            ENV_FILE_OPTION, help="The worker's env file (PI_EGRESS_ALLOWLIST_FILE, else the list beside it)."
+        ),
+    ] = None,
+    name: Annotated[str, typer.Option(help="The Docker network egress jobs join.")] = EGRESS_NETWORK,
+    bridge: Annotated[str, typer.Option(help="Its bridge interface, which the firewall rules name.")] = EGRESS_BRIDGE,
+    state_dir: Annotated[Path, typer.Option(help="Where squid's rules, pid and refusal log are kept.")] = Path(
+        "/run/pi-dispatch-egress"
+    ),
+    check: Annotated[
+        bool, typer.Option("--check", help="Change nothing: exit 1 naming what is not up (network, rule, proxy).")
+    ] = False,
+) -> None:
+    """Run the proxy that is egress jobs' one way out, in the foreground (as its unit runs it, as root): the allowlist
+    read, the egress network and its firewall rules put in place, then Debian's squid with the rendered rules on the
+    network's gateway. Exit 2 for a bad allowlist, 1 when Docker, iptables or squid fail.
+    """
+    import docker
+
+    from pi_dispatch.cli.common import console
+    from pi_dispatch.config.worker_settings import load_settings
+    from pi_dispatch.worker.egressproxy import EgressPlace, allowlist_path, missing, prepare, read_allowlist, run_squid
+    from pi_dispatch.worker.jobnetwork import JobNetworkError
+
+    place = EgressPlace(network=name, bridge=bridge, state_dir=state_dir)
+    allowlist = None
+    if not check:
+        settings = load_settings(env_file)
+        allowlist = read_allowlist(allowlist_path(settings.egress_allowlist_file, env_file))
+    client = _docker_or_exit("egress proxy")
+    try:
+        if allowlist is None:
+            gone = missing(client, place)
+            for what in gone:
+                console.print(f"missing: {what}", highlight=False, markup=False)
+            raise typer.Exit(1 if gone else 0)
+        conf = prepare(client, allowlist, place)
+    except (JobNetworkError, docker.errors.DockerException, OSError) as error:
+        console.print(f"egress proxy: {error}", highlight=False, markup=False)
+        raise typer.Exit(1) from None
+    finally:
+        client.close()
+    console.print(f"egress proxy: {len(allowlist.destinations)} destinations allowed; squid starts", highlight=False)
+    run_squid(conf)
+
+
+def _docker_or_exit(what: str) -> Any:
+    """The Docker daemon's client, or exit 1 saying it does not answer."""
+    import docker
+
+    from pi_dispatch.cli.common import console
+
+    try:
+        return docker.from_env()
+    except docker.errors.DockerException as error:
+        console.print(f"{what}: the Docker daemon does not answer ({type(error).__name__})", highlight=False)
+        raise typer.Exit(1) from None

@@ -199,6 +199,13 @@ class WorkerSettings(DeclaredSettings):
         "The Docker network job containers join. Empty: the daemon's default (bridge); `none` cuts them off.",
         "a Docker network name such as bridge, none or pi-jobs",
     )
+    egress_allowlist_file: HostFile = setting(
+        "PI_EGRESS_ALLOWLIST_FILE",
+        None,
+        "The egress allowlist `pi-dispatch egress-proxy` enforces (the reference's grammar: one name per line, "
+        ".example.com for a domain and its subdomains). Empty: egress-allowlist.conf beside the env file.",
+        "an absolute path such as /etc/pi-dispatch/egress-allowlist.conf, or empty for the one beside the env file",
+    )
     job_timeout_ms: WholeMs = setting(
         "PI_JOB_TIMEOUT_MS",
         3_600_000,

@@ -133,3 +133,11 @@ def until_listening(host: str, port: int, process: subprocess.Popen[bytes] | Non
             return
         assert time.monotonic() < deadline, f"nothing listens on {host}:{port}"
         time.sleep(0.05)
+
+
+def tunnel(gateway: str, port: int, target: str) -> str:
+    """A shell expression for a job: the proxy's answer to a tunnel to `target`, then what the server there says
+    first (the stand-in's 443 greets)."""
+    request = f"CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n"
+    # stdin held open a while: busybox nc closes its side at the end of its input, before the greeting is back
+    return f"$( (printf '{request}'; sleep 5) | nc -w 5 {gateway} {port} 2>&1 | tr '\\r\\n' '  ')"

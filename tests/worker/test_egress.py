@@ -22,7 +22,7 @@ from pi_dispatch.worker.jobnetwork import (
     gateway_of,
     missing_rules,
 )
-from tests.support.egress import GREETING, running_squid, stand_in_internet
+from tests.support.egress import GREETING, running_squid, stand_in_internet, tunnel
 
 pytestmark = [pytest.mark.docker, pytest.mark.squid, pytest.mark.slow]
 SUBNET = "203.0.113.64/26"  # its own block of the stand-in internet
@@ -59,13 +59,6 @@ def in_job(client: Any, image: str, network: str, resolv: Path, script: str) -> 
     )
     lines = output.decode(errors="replace").splitlines()
     return dict(line.split("=", 1) for line in lines if "=" in line)
-
-
-def tunnel(gateway: str, port: int, target: str) -> str:
-    """A shell expression: the proxy's answer to a tunnel to `target`, then what the server there says first."""
-    request = f"CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n"
-    # stdin held open a while: busybox nc closes its side at the end of its input, before the greeting is back
-    return f"$( (printf '{request}'; sleep 5) | nc -w 5 {gateway} {port} 2>&1 | tr '\\r\\n' '  ')"
 
 
 def test_a_job_on_the_egress_network_goes_out_through_the_proxy_only(
