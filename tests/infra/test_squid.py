@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from pi_dispatch.core.egress import parse_denied
-from pi_dispatch.infra.squid import DENIED_LOG
+from pi_dispatch.core.egress import parse_allowlist, parse_denied
+from pi_dispatch.infra.squid import DENIED_LOG, ProxyPlace, squid_config
 from tests.support.egress import CEILING_S, Proxy, running_squid, stand_in_internet
 
 pytestmark = [pytest.mark.docker, pytest.mark.squid]
@@ -133,3 +134,28 @@ def test_each_refusal_is_logged_with_its_host_and_port_and_nothing_allowed_is(ru
     text = log.read_text()
     assert "a-secret" not in text and "/a/path" not in text, text
     assert "CONNECT allowed.example 443" not in text, text  # the tunnel it allowed
+
+
+@pytest.mark.parametrize(
+    "allowlist",
+    [
+        "",
+        "# nothing but a comment\n",
+        "api.anthropic.com\n.github.com\nregistry.npmjs.org\n",
+        "registry.example:8443\nregistry.example\n.wide.example:22\n",
+        "198.51.100.7\n198.51.100.7:8443\n[2001:db8::1]\n",
+    ],
+    ids=["empty", "comment", "reference", "ports", "literals"],
+)
+def test_every_rendered_configuration_is_one_squid_accepts(
+    squid_binary: str, allowlist: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    state = tmp_path_factory.mktemp("parse")
+    conf = state / "squid.conf"
+    conf.write_text(squid_config(parse_allowlist(allowlist, "test"), ProxyPlace("127.0.0.1", state, 3128)))
+    parsed = subprocess.run(
+        [squid_binary, "-k", "parse", "-f", str(conf)], capture_output=True, text=True, timeout=60, check=False
+    )
+    said = parsed.stdout + parsed.stderr
+    assert parsed.returncode == 0 and "ERROR" not in said and "FATAL" not in said, said
+    assert "is a subnetwork of" not in said, said  # no range that squid widens to every address
