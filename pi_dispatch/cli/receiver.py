@@ -1,4 +1,5 @@
-"""`pi-dispatch receiver` (serve the forge webhooks), `receiver check` and `init` (a starter triggers file)."""
+"""`pi-dispatch receiver` (serve the forge webhooks), `receiver check` and `init` (a starter triggers file, and an
+egress allowlist when asked)."""
 
 from __future__ import annotations
 
@@ -92,13 +93,29 @@ def init(
     triggers: Annotated[Path, typer.Option("--triggers", help="Where to write the starter file.")] = Path(
         "triggers.json"
     ),
+    egress_allowlist: Annotated[
+        Path | None,
+        typer.Option("--egress-allowlist", help="Also write a starter egress allowlist there (egress-proxy reads it)."),
+    ] = None,
 ) -> None:
-    """Write a starter triggers file (a label, a comment and a pull request rule for GitHub); never overwrites."""
+    """Write a starter triggers file (a label, a comment and a pull request rule for GitHub) and, when asked, a
+    starter egress allowlist (the model provider and GitHub); never overwrites: exit 1 if one is there."""
+    from pi_dispatch.core.egress import STARTER_ALLOWLIST, parse_allowlist
     from pi_dispatch.triggers.file import parse_triggers
 
     text = json.dumps(STARTER, indent=2) + "\n"
     parse_triggers(text, "starter")  # the starter is itself a file the parser accepts
-    if not write_file(triggers, text, "--triggers", exclusive=True):
-        console.print(escape(f"{triggers} exists; left as it is"))
+    starters = [(triggers, text, "--triggers", "point PI_TRIGGERS_FILE at it")]
+    if egress_allowlist is not None:
+        parse_allowlist(STARTER_ALLOWLIST, "starter")
+        fix = "keep it beside the worker's env file or point PI_EGRESS_ALLOWLIST_FILE at it"
+        starters.append((egress_allowlist, STARTER_ALLOWLIST, "--egress-allowlist", fix))
+    kept = False
+    for path, content, option, then in starters:
+        if write_file(path, content, option, exclusive=True):
+            console.print(escape(f"wrote {path}: edit it, then {then}"))
+        else:
+            console.print(escape(f"{path} exists; left as it is"))
+            kept = True
+    if kept:
         raise typer.Exit(1)
-    console.print(escape(f"wrote {triggers}: edit it, then point PI_TRIGGERS_FILE at it"))

@@ -25,6 +25,18 @@ TLS_PORT: Final = 443  # what a bare name's tunnel may reach
 PLAIN_PORT: Final = 80  # what a plain (unencrypted) request to a listed name may reach
 _LABEL: Final = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
 _WRITTEN: Final = re.compile(r"(?P<host>\[[0-9a-fA-F:.]+\]|[^:\s]+)(?::(?P<port>[0-9]{1,5}))?")
+# What `pi-dispatch init --egress-allowlist` writes: the model provider the agent talks to and the forge it works on.
+STARTER_ALLOWLIST: Final = """\
+# Where this host's jobs may connect once egress is on (pi-dispatch egress-proxy), in the reference's grammar:
+# one name per line, a leading dot for a domain and its subdomains, name:port for a port other than 443.
+# Comments on lines of their own. The proxy reads it when it starts: restart it after a change.
+# the model provider the agent talks to
+api.anthropic.com
+# the forge: its API, git over HTTPS and its downloads
+github.com
+api.github.com
+.githubusercontent.com
+"""
 ALLOWLIST_FIX: Final = (
     "one name per line (api.example.com), a leading dot for a domain and its subdomains (.example.com), optionally "
     ":port; comments on their own lines"

@@ -58,7 +58,7 @@ def read_allowlist(path: Path) -> Allowlist:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         reason = error.strerror if isinstance(error, OSError) else "is not UTF-8 text"
-        fix = "write one (one name per line, docs/multi-host.md §9), or set PI_EGRESS_ALLOWLIST_FILE to the one to use"
+        fix = "write one (pi-dispatch init --egress-allowlist PATH writes a starter), or set PI_EGRESS_ALLOWLIST_FILE"
         raise ConfigError([Problem(ALLOWLIST_VARIABLE, f"{path} cannot be read ({reason})", "egress", fix)]) from None
     return parse_allowlist(text, str(path))
 
