@@ -23,10 +23,12 @@ from pi_dispatch.worker.jobnetwork import (
     EGRESS_NETWORK,
     JobNetworkError,
     apply_rules,
+    drop_rules,
     egress_rules_for,
     ensure_network,
     gateway_of,
     missing_rules,
+    stale_proxy_rules,
 )
 
 STATE_DIR: Final = Path("/run/pi-dispatch-egress")
@@ -74,6 +76,7 @@ def prepare(client: Any, allowlist: Allowlist, place: EgressPlace) -> Path:
     """The network and its rules in place and squid's configuration written; returns the configuration's path."""
     ensure_network(client, place.network, place.bridge, internal=True)
     gateway = gateway_of(client, place.network)
+    drop_rules(stale_proxy_rules(place.bridge, gateway))  # the network was made again on another subnet
     apply_rules(egress_rules_for(place.bridge, gateway, place.port))
     place.state_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
     user = _squid_user()

@@ -88,11 +88,26 @@ def rules_for(bridge: str, denied: Sequence[str]) -> list[Rule]:
 def egress_rules_for(bridge: str, gateway: str, port: int) -> list[Rule]:
     """What leaves a job on the egress `bridge` one way out, the proxy at gateway:port; in this order (the first
     match wins), which `apply_rules` keeps."""
-    proxy = ("-i", bridge, "-d", f"{gateway}/32", "-p", "tcp", "-m", "tcp", "--dport", str(port), "-j", "ACCEPT")
+    # written as `iptables -S` prints it, so a rule it lists compares equal to the one declared here
+    proxy = ("-d", f"{gateway}/32", "-i", bridge, "-p", "tcp", "-m", "tcp", "--dport", str(port), "-j", "ACCEPT")
     refused = [("-i", bridge, "-p", "tcp", *RESET), ("-i", bridge, *REJECT)]
     return [Rule(HOST_CHAIN, proxy), *(Rule(HOST_CHAIN, spec) for spec in refused)] + [
         Rule(FORWARD_CHAIN, spec) for spec in refused
     ]
+
+
+def stale_proxy_rules(bridge: str, gateway: str, run: Runner = subprocess.run) -> list[Rule]:
+    """The proxy's ACCEPT rules for `bridge` that name another gateway than `gateway`: what an egress network made
+    again on another subnet leaves behind (harmless, as the refusals name the bridge, but not to be kept)."""
+    listed = run([*IPTABLES, "-S", HOST_CHAIN], capture_output=True, text=True, check=False)
+    stale = []
+    for line in listed.stdout.splitlines() if listed.returncode == 0 else []:
+        words = line.split()
+        spec = tuple(words[2:])
+        ours = words[:2] == ["-A", HOST_CHAIN] and len(spec) > 4 and spec[0] == "-d" and spec[2:4] == ("-i", bridge)
+        if ours and spec[-2:] == ("-j", "ACCEPT") and spec[1] != f"{gateway}/32":
+            stale.append(Rule(HOST_CHAIN, spec))
+    return stale
 
 
 def missing_rules(rules: Sequence[Rule], run: Runner = subprocess.run) -> list[Rule]:
@@ -117,15 +132,19 @@ def apply_rules(rules: Sequence[Rule], run: Runner = subprocess.run) -> list[Rul
     missing = missing_rules(rules, run)
     if not missing:
         return []
-    for rule in rules:
-        if rule not in missing:
-            run([*IPTABLES, "-D", rule.chain, *rule.spec], capture_output=True, text=True, check=False)
+    drop_rules([rule for rule in rules if rule not in missing], run)
     for rule in reversed(rules):  # inserted at 1 in reverse: they end up in the declared order
         done = run([*IPTABLES, "-I", rule.chain, "1", *rule.spec], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             reason = (done.stderr.strip().splitlines() or ["no reason given"])[-1]
             raise JobNetworkError(f"iptables refused {rule.shown()}: {reason} (run as root)")
     return missing
+
+
+def drop_rules(rules: Sequence[Rule], run: Runner = subprocess.run) -> None:
+    """Each rule taken out of its chain (one that is not there is left as it is)."""
+    for rule in rules:
+        run([*IPTABLES, "-D", rule.chain, *rule.spec], capture_output=True, text=True, check=False)
 
 
 def ensure_network(client: Any, name: str, bridge: str, *, internal: bool = False) -> bool:

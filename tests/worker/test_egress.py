@@ -17,10 +17,12 @@ from pi_dispatch.worker.jobnetwork import (
     IPTABLES,
     NO_RESOLVER,
     apply_rules,
+    drop_rules,
     egress_rules_for,
     ensure_network,
     gateway_of,
     missing_rules,
+    stale_proxy_rules,
 )
 from tests.support.egress import GREETING, running_squid, stand_in_internet, tunnel
 
@@ -40,11 +42,6 @@ def egress_network(docker_client: Any) -> Iterator[tuple[str, str]]:
         for network in docker_client.networks.list(names=[name]):
             with contextlib.suppress(Exception):
                 network.remove()
-
-
-def drop_rules(rules: list[Any]) -> None:
-    for rule in rules:
-        subprocess.run([*IPTABLES, "-D", rule.chain, *rule.spec], check=False, capture_output=True)
 
 
 def in_job(client: Any, image: str, network: str, resolv: Path, script: str) -> dict[str, str]:
@@ -123,3 +120,17 @@ def test_rules_put_back_in_order_when_one_is_missing(egress_network: tuple[str, 
         assert "ACCEPT" in ours[0] and "tcp-reset" in ours[1] and "icmp-admin-prohibited" in ours[2], ours
     finally:
         drop_rules(rules)
+
+
+def test_a_proxy_rule_left_by_an_earlier_gateway_is_found_and_only_it(egress_network: tuple[str, str]) -> None:
+    _, bridge = egress_network
+    earlier, now = egress_rules_for(bridge, "192.0.2.1", 3128), egress_rules_for(bridge, "192.0.2.129", 3128)
+    try:
+        apply_rules(earlier)
+        apply_rules(now)
+        stale = stale_proxy_rules(bridge, "192.0.2.129")
+        assert stale == [earlier[0]], stale  # the earlier gateway's ACCEPT; the refusals are the same rules
+        drop_rules(stale)
+        assert stale_proxy_rules(bridge, "192.0.2.129") == [] and missing_rules(now) == []
+    finally:
+        drop_rules(earlier + now)
