@@ -23,7 +23,6 @@ import contextlib
 import http.client
 import http.server
 import secrets
-import shutil
 import socket
 import ssl
 import statistics
@@ -41,10 +40,11 @@ from docker.types import IPAMConfig, IPAMPool
 from pi_dispatch.core.egress import parse_allowlist
 from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE, build_example_image
 from pi_dispatch.infra.squid import ProxyPlace, squid_config
+from pi_dispatch.worker.egressproxy import answers, squid_binary
 from pi_dispatch.worker.jobnetwork import (
-    IPTABLES,
     NO_RESOLVER,
     apply_rules,
+    drop_rules,
     egress_rules_for,
     ensure_network,
     gateway_of,
@@ -107,13 +107,10 @@ def squid(address: str, folder: Path, target: str) -> Iterator[tuple[str, int]]:
         port = int(probe.getsockname()[1])
     place = ProxyPlace(address, folder, port, hosts_file=folder / "hosts", user="proxy")
     (folder / "squid.conf").write_text(squid_config(parse_allowlist(f"{NAME}:{PORT}\n", "bench"), place))
-    binary = shutil.which("squid") or "/usr/sbin/squid"
-    process = subprocess.Popen([binary, "-N", "-f", str(folder / "squid.conf")], stderr=subprocess.DEVNULL)
+    process = subprocess.Popen([squid_binary(), "-N", "-f", str(folder / "squid.conf")], stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection((address, port), timeout=1):
-                break
+        while not answers(address, port):
             if time.monotonic() > deadline or process.poll() is not None:
                 raise SystemExit("squid did not start")
             time.sleep(0.05)
@@ -233,8 +230,7 @@ def main() -> None:
                     report("kept-alive request", kept_alive(context, server, proxy, options.requests),
                            "direct", "proxy", 0.3)  # fmt: skip
     finally:
-        for rule in rules:
-            subprocess.run([*IPTABLES, "-D", rule.chain, *rule.spec], check=False, capture_output=True)
+        drop_rules(rules)
         for network in networks:
             with contextlib.suppress(docker.errors.APIError):
                 network.remove()

@@ -18,6 +18,7 @@ from typing import Any
 
 from pi_dispatch.core.egress import parse_allowlist
 from pi_dispatch.infra.squid import ProxyPlace, squid_config
+from pi_dispatch.worker.egressproxy import answers
 
 CEILING_S = 30.0  # only a hang reaches it
 # The names the proxy resolves (its own hosts file): two stand-ins, and listed names pointed inside.
@@ -129,7 +130,7 @@ def until_listening(host: str, port: int, process: subprocess.Popen[bytes] | Non
         if process is not None and process.poll() is not None:
             said = process.stderr.read() if process.stderr else b""
             raise AssertionError(f"squid exited {process.returncode}: {said!r}")
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+        if answers(host, port):
             return
         assert time.monotonic() < deadline, f"nothing listens on {host}:{port}"
         time.sleep(0.05)

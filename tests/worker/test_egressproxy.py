@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from pi_dispatch.core.egress import ALLOWLIST_FILE, PROXY_PORT
-from pi_dispatch.worker.jobnetwork import IPTABLES, NO_RESOLVER, egress_rules_for, gateway_of
+from pi_dispatch.worker.jobnetwork import NO_RESOLVER, drop_rules, egress_rules_for, gateway_of
 from tests.support.egress import GREETING, stand_in_internet, until_listening
 from tests.support.helpers import run_cli
 
@@ -42,8 +42,7 @@ def place(docker_client: Any) -> Iterator[list[str]]:
         for network in docker_client.networks.list(names=[name]):
             with contextlib.suppress(Exception):
                 gateway = gateway_of(docker_client, name)
-                for rule in egress_rules_for(bridge, gateway, PROXY_PORT):
-                    subprocess.run([*IPTABLES, "-D", rule.chain, *rule.spec], check=False, capture_output=True)
+                drop_rules(egress_rules_for(bridge, gateway, PROXY_PORT))
             with contextlib.suppress(Exception):
                 network.remove()
 
