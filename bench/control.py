@@ -51,6 +51,7 @@ def worker_env(url: str, folder: Path, name: str, **extra: str) -> dict[str, str
         "PI_JOB_IMAGE": EXAMPLE_IMAGE,
         "PI_CONCURRENCY": "2",
         "PI_METRICS_ADDR": "",
+        "PI_EGRESS": "0",
         **extra,
     }
 

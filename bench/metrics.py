@@ -65,6 +65,7 @@ async def round_per_job(url: str, folder: Path, jobs: int, tag: str, metrics: bo
         "PI_JOB_MEMORY_MB": "64",
         "PI_JOB_CPUS": "0.5",
         "PI_METRICS_ADDR": address,
+        "PI_EGRESS": "0",
     }
     settings = load_settings(environment=lambda: env, facts=HostFacts("bench", None, os.geteuid()))
     runtime = ContainerRuntime.connect("bench", 2)

@@ -60,6 +60,7 @@ async def worker_runs(url: str, image: str, count: int, folder: Path) -> float:
         "PI_CONCURRENCY": "1",
         "PI_JOB_MEMORY_MB": "64",
         "PI_JOB_CPUS": "0.5",
+        "PI_EGRESS": "0",  # against a plain `docker run`: bench/egress.py measures egress's cost
     }
     settings = load_settings(environment=lambda: env, facts=HostFacts("bench", None, os.geteuid()))
     runtime = ContainerRuntime.connect("bench", 1)

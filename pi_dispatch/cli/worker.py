@@ -9,8 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
+from pi_dispatch.core.egress import EGRESS_BRIDGE, EGRESS_NETWORK
 from pi_dispatch.infra.units import ENV_FILE_OPTION
-from pi_dispatch.worker.jobnetwork import DEFAULT_BRIDGE, DEFAULT_NETWORK, EGRESS_BRIDGE, EGRESS_NETWORK
+from pi_dispatch.worker.jobnetwork import DEFAULT_BRIDGE, DEFAULT_NETWORK
 
 
 def worker(
@@ -85,7 +86,12 @@ def egress_proxy(
             ENV_FILE_OPTION, help="The worker's env file (PI_EGRESS_ALLOWLIST_FILE, else the list beside it)."
         ),
     ] = None,
-    name: Annotated[str, typer.Option(help="The Docker network egress jobs join.")] = EGRESS_NETWORK,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            help=f"The Docker network egress jobs join (default: the env file's PI_JOB_NETWORK, else {EGRESS_NETWORK})."
+        ),
+    ] = None,
     bridge: Annotated[str, typer.Option(help="Its bridge interface, which the firewall rules name.")] = EGRESS_BRIDGE,
     state_dir: Annotated[Path, typer.Option(help="Where squid's rules, pid and refusal log are kept.")] = Path(
         "/run/pi-dispatch-egress"
@@ -105,10 +111,11 @@ def egress_proxy(
     from pi_dispatch.worker.egressproxy import EgressPlace, allowlist_path, missing, prepare, read_allowlist, run_squid
     from pi_dispatch.worker.jobnetwork import JobNetworkError
 
-    place = EgressPlace(network=name, bridge=bridge, state_dir=state_dir)
+    settings = load_settings(env_file) if env_file is not None or not check else None
+    network = name or (settings.egress_network if settings is not None else None) or EGRESS_NETWORK
+    place = EgressPlace(network=network, bridge=bridge, state_dir=state_dir)
     allowlist = None
-    if not check:
-        settings = load_settings(env_file)
+    if settings is not None and not check:
         allowlist = read_allowlist(allowlist_path(settings.egress_allowlist_file, env_file))
     client = _docker_or_exit("egress proxy")
     try:

@@ -33,6 +33,7 @@ from pi_dispatch.config.forms import (
     TextForm,
     WholeForm,
 )
+from pi_dispatch.core.egress import egress_armed
 from pi_dispatch.core.errors import Problem
 from pi_dispatch.core.names import (
     IMAGE_REFERENCE_RE,
@@ -79,6 +80,15 @@ def _flag(value: object) -> object:
         if value not in ("", "0", "1"):
             raise refused()
         return value == "1"
+    return value
+
+
+def _switch(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            return egress_armed(value)
+        except ValueError:
+            raise refused() from None
     return value
 
 
@@ -156,6 +166,8 @@ Whole = Annotated[int, BeforeValidator(_whole), WholeForm()]
 WholeMs = Annotated[int, BeforeValidator(_whole), WholeForm(unit=" of milliseconds")]
 Cpus = Annotated[float, BeforeValidator(_cpus), CpusForm()]
 Flag = Annotated[bool, BeforeValidator(_flag), FlagForm()]
+# On unless exactly 0: the reference's strict switch (PI_EGRESS), where an empty value keeps it on.
+Switch = Annotated[bool, BeforeValidator(_switch), FlagForm(blank_is_default=True)]
 WorkerName = Annotated[str, BeforeValidator(_worker_name), WORKER_NAME_FORM]
 # NoDecode: an env value is the profile grammar, not the JSON pydantic-settings reads a dict from by default
 SecretProfiles = Annotated[dict[str, str], NoDecode, BeforeValidator(_profiles), ProfilesForm()]

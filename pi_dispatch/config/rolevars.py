@@ -18,6 +18,8 @@ from pi_dispatch.config.forms import Bounds, FlagForm, Form, TextForm
 from pi_dispatch.config.kinds import ABSOLUTE_PATH, X_FIX, X_HOST_VAR, extra, form_of, matching, refused
 from pi_dispatch.config.patterns import schema_pattern
 from pi_dispatch.config.worker_settings import WorkerSettings
+from pi_dispatch.core.egress import parse_allowlist
+from pi_dispatch.core.errors import ConfigError
 from pi_dispatch.core.names import HOST_VAR_PREFIX
 
 PREFIX: Final = HOST_VAR_PREFIX
@@ -60,6 +62,32 @@ class ScriptsForm(Form):
         }
 
 
+@dataclass(frozen=True, kw_only=True)
+class AllowlistForm(Form):
+    def host_types(self) -> tuple[type, ...]:
+        return (list,)
+
+    def noun(self, bounds: Bounds) -> str:
+        return "a list of allowlist entries"
+
+    def host_schema(self, bounds: Bounds) -> dict[str, Any]:
+        item = {"type": "string", "maxLength": 260, "pattern": schema_pattern(ALLOWLIST_ENTRY)}
+        return {"type": "array", "items": item, "maxItems": 1024}
+
+
+def _allowlist(value: object) -> object:
+    """Each entry as the egress proxy reads it (`core/egress.py`); refused naming the entries it refuses."""
+    if isinstance(value, list):
+        entries = [entry if isinstance(entry, str) else "" for entry in value]
+        if any("\n" in entry for entry in entries):
+            raise refused("holds an entry of more than one line")
+        try:
+            parse_allowlist("\n".join(entries), "the inventory")
+        except ConfigError as error:
+            raise refused(problems=error.problems) from None
+    return value
+
+
 def _gid(value: object) -> object:
     if (isinstance(value, str) and value != "") or (isinstance(value, int) and not 1 <= value <= 2**31 - 1):
         raise refused()
@@ -75,6 +103,9 @@ def _scripts(value: object) -> object:
     return value
 
 
+# What the schema can say of an allowlist entry (a name, [address] or address, optionally :port; no blank, wildcard
+# or comment); the validator reads each as the proxy will (`core/egress.parse_allowlist`).
+ALLOWLIST_ENTRY: Final = r"(?:\[[0-9A-Fa-f:.]+\]|[^:\s*#\[\]]+)(?::[0-9]{1,5})?"
 _USER: Final = TextForm(pattern=r"[a-z_][a-z0-9_-]{0,31}", what="a user name")
 _ABSOLUTE: Final = TextForm(pattern=ABSOLUTE_PATH, what="an absolute path")
 # The role's variables arrive typed from the inventory; the type check before validation has refused other types.
@@ -84,6 +115,7 @@ AbsolutePath = Annotated[str | None, matching(_ABSOLUTE), _ABSOLUTE]
 Switch = Annotated[bool | None, FlagForm()]
 Gid = Annotated[int | str | None, BeforeValidator(_gid), GidForm()]
 Scripts = Annotated[dict[str, str] | None, BeforeValidator(_scripts), ScriptsForm()]
+Allowlist = Annotated[list[str] | None, BeforeValidator(_allowlist), AllowlistForm()]
 
 
 def role_var(suffix: str, description: str, fix: str) -> Any:
@@ -132,6 +164,18 @@ class RoleVars(BaseModel):
         "addresses or IPv4 ranges jobs must not reach besides the private ones (a store on a public address), "
         "comma-separated.",
         "such as 203.0.113.7,198.51.100.0/24, or empty",
+    )
+    egress_allowlist: Allowlist = role_var(
+        "egress_allowlist",
+        "where this host's jobs may connect with PI_EGRESS on: entries of the reference's egress-allowlist.conf "
+        "(api.example.com, .example.com for a domain and its subdomains, name:port for a port other than 443), "
+        "written beside the env file (or to PI_EGRESS_ALLOWLIST_FILE) for the egress proxy.",
+        "a list such as [api.anthropic.com, github.com, .githubusercontent.com]",
+    )
+    egress_proxy: Switch = role_var(
+        "egress_proxy",
+        "run the egress proxy's unit (on by default with PI_EGRESS on); false where the proxy runs elsewhere.",
+        "true or false",
     )
     docker_proxy: Switch = role_var(
         "docker_proxy",

@@ -37,6 +37,7 @@ from pi_dispatch.config.kinds import (
     PrimaryName,
     SecretProfiles,
     Sentinels,
+    Switch,
     ValkeyUrl,
     WaitProfiles,
     Whole,
@@ -45,6 +46,7 @@ from pi_dispatch.config.kinds import (
     Zone,
 )
 from pi_dispatch.config.sources import ENVIRONMENT, HostFacts, MachineDefaults
+from pi_dispatch.core.egress import EGRESS_NETWORK
 from pi_dispatch.core.errors import Problem
 from pi_dispatch.core.jscompat import DAY_MS
 from pi_dispatch.core.rehoming import REHOME_AFTER_MS, REHOME_FLOOR_MS
@@ -193,11 +195,19 @@ class WorkerSettings(DeclaredSettings):
         ge=1,
         le=1024,
     )
+    egress: Switch = setting(
+        "PI_EGRESS",
+        True,
+        "On (unset, empty or 1), a job's one way out is this host's egress proxy (`pi-dispatch egress-proxy`), which "
+        "lets it reach only the names its allowlist lists; exactly 0 lets jobs reach what PI_JOB_NETWORK reaches.",
+        "exactly 0 for no egress control, 1 or empty for egress through the proxy; true or false in the inventory",
+    )
     job_network: JobNetwork = setting(
         "PI_JOB_NETWORK",
         None,
-        "The Docker network job containers join. Empty: the daemon's default (bridge); `none` cuts them off.",
-        "a Docker network name such as bridge, none or pi-jobs",
+        f"The Docker network job containers join. Empty: {EGRESS_NETWORK}, the egress proxy's, with PI_EGRESS on; "
+        "the daemon's default (bridge) with PI_EGRESS=0. `none` cuts them off either way.",
+        f"a Docker network name such as {EGRESS_NETWORK}, none or pi-jobs",
     )
     egress_allowlist_file: HostFile = setting(
         "PI_EGRESS_ALLOWLIST_FILE",
@@ -339,6 +349,16 @@ class WorkerSettings(DeclaredSettings):
     def worker_name_declared(self) -> bool:
         """Whether PI_WORKER_NAME was set: only then does the host drain a queue of its own and mirror runs."""
         return self._declared_name
+
+    @property
+    def jobs_network(self) -> str | None:
+        """The network job containers join (None: the daemon's default)."""
+        return self.job_network or (EGRESS_NETWORK if self.egress else None)
+
+    @property
+    def egress_network(self) -> str | None:
+        """The egress network whose proxy is jobs' one way out; None with PI_EGRESS=0 or jobs cut off (`none`)."""
+        return self.jobs_network if self.egress and self.jobs_network != "none" else None
 
     @classmethod
     def machine_defaults(cls, facts: HostFacts) -> PydanticBaseSettingsSource | None:

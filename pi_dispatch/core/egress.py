@@ -21,6 +21,13 @@ EGRESS_VARIABLE: Final = "PI_EGRESS"
 ALLOWLIST_VARIABLE: Final = "PI_EGRESS_ALLOWLIST_FILE"
 ALLOWLIST_FILE: Final = "egress-allowlist.conf"  # beside the worker's env file, as the reference keeps it
 PROXY_PORT: Final = 3128  # the reference's EGRESS_PROXY_PORT
+EGRESS_NETWORK: Final = "pi-egress"  # the network egress jobs join, where the proxy listens on the gateway
+EGRESS_BRIDGE: Final = "pi-egress0"  # its bridge interface, which the firewall rules name
+# What a job is told of its proxy: both spellings (curl reads only the lowercase http_proxy, others the upper),
+# and Node's switch without which its fetch ignores them.
+PROXY_VARIABLES: Final = (
+    "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "NO_PROXY", "no_proxy", "NODE_USE_ENV_PROXY",
+)  # fmt: skip
 TLS_PORT: Final = 443  # what a bare name's tunnel may reach
 PLAIN_PORT: Final = 80  # what a plain (unencrypted) request to a listed name may reach
 _LABEL: Final = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
@@ -175,3 +182,19 @@ def parse_denied(line: str) -> Denied | None:
         return None
     at_ms = int(found["s"]) * 1000 + int(found["ms"])
     return Denied(at_ms, found["client"], found["method"], found["host"].lower(), int(found["port"]))
+
+
+def proxy_environment(gateway: str, port: int = PROXY_PORT) -> dict[str, str]:
+    """What an egress job's environment says of its proxy (the reference's variables, both spellings)."""
+    url = f"http://{gateway}:{port}"
+    values = (url, url, url, url, "localhost,127.0.0.1", "localhost,127.0.0.1", "1")
+    return dict(zip(PROXY_VARIABLES, values, strict=True))
+
+
+def allowlist_text(entries: list[str], source: str) -> str:
+    """The allowlist file of these entries (what the role writes from the inventory), as the proxy will read it;
+    raises ConfigError naming each entry it refuses."""
+    header = "# Written from the inventory (pi_dispatch_worker_egress_allowlist); the egress proxy reads it.\n"
+    text = header + "".join(f"{entry}\n" for entry in entries)
+    parse_allowlist(text, source)
+    return text

@@ -64,6 +64,7 @@ def worker_environment(host: InventoryHost, url: str, state: Path, hostname: str
     copies of its scripts."""
     env = {name: value for name, value in env_values(host.vars).items() if name not in STORE_VARIABLES}
     env.pop("PI_JOB_NETWORK", None)  # the role's network needs root's firewall: the demo's jobs use Docker's default
+    env["PI_EGRESS"] = "0"  # as does the egress proxy's
     folder = state / host.name
     (folder / "profiles").mkdir(parents=True, exist_ok=True)
     for kind, variable in VARIABLE.items():

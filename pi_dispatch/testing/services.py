@@ -113,6 +113,7 @@ def worker_process_env(root: Path, url: str, image: str, name: str, **extra: str
         "PI_JOB_IMAGE": image,
         "PI_JOB_MEMORY_MB": "64",
         "PI_JOB_CPUS": "0.5",
+        "PI_EGRESS": "0",  # no egress proxy of its own: jobs on the daemon's default network
         **extra,
     }
 

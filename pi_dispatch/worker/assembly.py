@@ -23,8 +23,10 @@ from pi_dispatch.worker.clockwatch import ClockWatch
 from pi_dispatch.worker.containers import ContainerRuntime
 from pi_dispatch.worker.control import Control
 from pi_dispatch.worker.cron import CronSchedules
+from pi_dispatch.worker.egressgate import RESOLVER_FILE, EgressGate
 from pi_dispatch.worker.history import RunRecorder
 from pi_dispatch.worker.hosthealth import HostHealth
+from pi_dispatch.worker.jobdirs import worker_jobs_dir
 from pi_dispatch.worker.metrics import WorkerMetrics
 from pi_dispatch.worker.oneshot import OneShots
 from pi_dispatch.worker.output import Outputs
@@ -87,8 +89,12 @@ def assemble(
     registry = HostRegistry(
         client, name, log=log, progress=hooks.live_facts, now=now, beat_ms=beat_ms or HOST_BEAT_MS
     )  # fmt: skip
+    egress = None
+    if settings.egress_network is not None:
+        resolver = worker_jobs_dir(settings.jobs_dir, name) / RESOLVER_FILE
+        egress = EgressGate(runtime.client, settings.egress_network, resolver)
     health = HostHealth(
-        settings.jobs_dir, settings.logs_dir, settings.job_image, runtime, log, changed=registry.publish
+        settings.jobs_dir, settings.logs_dir, settings.job_image, runtime, log, changed=registry.publish, egress=egress
     )  # fmt: skip
     outputs = None
     if settings.capture_job_logs:
@@ -98,7 +104,7 @@ def assemble(
     attempts = Attempts(
         settings, runtime, client, recorder, WaitGate(settings, client, now, jitter, log), now, log,
         metrics=metrics, one_shots=OneShots(settings.triggers_file, log), outputs=outputs, health=health,
-        primary=primary,
+        primary=primary, egress=egress,
     )  # fmt: skip
     rehomer = Rehomer(
         client, store, settings.rehome_after_ms, settings.lock_duration_ms, log, now,

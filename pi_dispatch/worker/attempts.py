@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from redis.exceptions import RedisError
 
 from pi_dispatch.core.capabilities import capability_tokens, job_needs
+from pi_dispatch.core.egress import PROXY_VARIABLES
 from pi_dispatch.core.jobbounds import job_refusal
 from pi_dispatch.core.jobs import CONTAINER_VARIABLES, QueuedJob
 from pi_dispatch.core.jscompat import iso_string
@@ -42,6 +43,7 @@ from pi_dispatch.worker.containers import (
     ImageMissing,
     StopRequest,
 )
+from pi_dispatch.worker.egressgate import EgressDown, EgressGate, EgressWay
 from pi_dispatch.worker.fencing import LockFence
 from pi_dispatch.worker.history import RunRecorder
 from pi_dispatch.worker.hosthealth import HostHealth, unwritable
@@ -70,6 +72,15 @@ def queue_of(job: Any) -> str:
     return name if isinstance(name, str) else ""
 
 
+@dataclass(frozen=True)
+class Launch:
+    """What a job's container is made with once its gates have passed."""
+
+    image: str
+    secrets: Mapping[str, str]
+    way: EgressWay | None  # with egress on, its one way out
+
+
 @dataclass
 class Attempts:
     """Runs attempts for one worker. `draining` puts back a job still at its gates; `abort_all` stops
@@ -93,13 +104,16 @@ class Attempts:
     started: set[str] = field(default_factory=set)  # job ids whose attempt is under way here, gates included
     cancelled: set[str] = field(default_factory=set)  # job ids an operator cancelled while they were here
     primary: PrimaryCheck | None = None  # a replicated store: a take counts once the named primary holds its lock
+    egress: EgressGate | None = None  # PI_EGRESS on: a job's one way out is the proxy this gate finds
 
     def __post_init__(self) -> None:
         settings = self.settings
         self.name = settings.worker_name
         self.capabilities = frozenset(capability_tokens(settings.secret_profiles, settings.wait_profiles))
+        # with egress on, a resolver may not name the proxy either: the job's way out is the host's to say
+        reserved = CONTAINER_VARIABLES | (set(PROXY_VARIABLES) if self.egress is not None else set())
         self.secrets = SecretsGate(
-            settings.secret_profiles, timeout_s=settings.secret_resolve_timeout_ms / 1000, reserved=CONTAINER_VARIABLES
+            settings.secret_profiles, timeout_s=settings.secret_resolve_timeout_ms / 1000, reserved=reserved
         )
 
     def abort_all(self) -> None:
@@ -214,18 +228,28 @@ class Attempts:
                 return self._refused(job, refused)
         self._unless_draining()  # the job's slot was taken with it (`pickup.py`)
         await self._unless_cancelled(str(job.id))
+        way = await self._egress_way()
         with self.metrics.timed_gate("resolver"):
             secrets = await self.secrets.resolve(data)
         if isinstance(secrets, Refusal):
             return self._refused(job, secrets)
         fence = LockFence(self.client, queue, str(job.id), token, self.settings.lock_duration_ms)
-        return await self._run_container(job, image, data, secrets, fence)
+        return await self._run_container(job, Launch(image, secrets, way), data, fence)
 
     def _host_fault(self, reason: str) -> NoReturn:
         """A cause on this host's side: the host is marked unhealthy and the job goes back, its attempt unspent."""
         if self.health is not None:
             self.health.fault(reason)
         raise PutBack
+
+    async def _egress_way(self) -> EgressWay | None:
+        """With egress on, the job's way out; none is the host's fault (the job goes back, unspent)."""
+        if self.egress is None:
+            return None
+        try:
+            return await self.egress.way()
+        except EgressDown as down:
+            self._host_fault(str(down))
 
     def _refused(self, job: QueuedJob, refusal: Refusal) -> dict[str, object]:
         fields: dict[str, object] = {"jobId": str(job.id), "reason": refusal.reason}
@@ -262,14 +286,14 @@ class Attempts:
         return image
 
     async def _run_container(
-        self, job: QueuedJob, image: str, data: Mapping[str, Any], secrets: Mapping[str, str], fence: LockFence
+        self, job: QueuedJob, launch: Launch, data: Mapping[str, Any], fence: LockFence
     ) -> dict[str, object]:
-        settings, job_id = self.settings, str(job.id)
+        settings, job_id, image = self.settings, str(job.id), launch.image
         try:
             job_dir = await asyncio.to_thread(write_job_dir, settings.jobs_dir, self.name, job_id, data)
         except OSError as error:
             self._host_fault(unwritable("PI_JOBS_DIR", error))
-        spec = self._spec(job, image, data, secrets, job_dir)
+        spec = self._spec(job, launch, data, job_dir)
         stop = StopRequest()
         self.running[job_id], self.running_since[job_id] = stop, self.now()
         if self.aborting.is_set() or job_id in self.cancelled:  # a stop asked for before it started stops it now
@@ -282,7 +306,7 @@ class Attempts:
         watching = asyncio.ensure_future(fence.watch())
         watching.add_done_callback(kill_when_fenced)
         started = time.monotonic()
-        output = await self._output(job_id, secrets)
+        output = await self._output(job_id, launch.secrets)
         try:
             end = await self.runtime.run(spec, output=output.sink if output else None, stop=stop)
         except ImageMissing:
@@ -329,31 +353,32 @@ class Attempts:
             self.log("job_cancelled", {"jobId": job_id})
             raise JobFailure(Reason.CANCELLED, exit_code, retry=False)
 
-    def _spec(
-        self, job: QueuedJob, image: str, data: Mapping[str, Any], secrets: Mapping[str, str], job_dir: Path
-    ) -> ContainerSpec:
-        """The job's container: its secrets and the job's own variables as env, this host's limits."""
+    def _spec(self, job: QueuedJob, launch: Launch, data: Mapping[str, Any], job_dir: Path) -> ContainerSpec:
+        """The job's container: its secrets and the job's own variables as env, this host's limits, and with egress
+        on the proxy as its one way out."""
         # This attempt's number, 1-based as `job`, `logs` and `runs --job` count them (the record's `attempt` keeps
         # the reference's count of those made before it).
-        settings, job_id, attempt = self.settings, str(job.id), attempts_made(job) + 1
+        settings, job_id, attempt, way = self.settings, str(job.id), attempts_made(job) + 1, launch.way
         return ContainerSpec(
             job_id=job_id,
             attempt=attempt,
-            image=image,
+            image=launch.image,
             job_dir=job_dir,
             environment={
-                **secrets,
+                **launch.secrets,
                 "PI_JOB_ID": job_id,
                 "PI_JOB_ATTEMPT": str(attempt),
                 "PI_JOB_KIND": str(data.get("kind") or job.name or ""),
                 "PI_HOST": self.name,
+                **(way.environment() if way is not None else {}),
             },
             memory_mb=settings.job_memory_mb,
             cpus=settings.job_cpus,
             timeout_s=settings.job_timeout_ms / 1000,
-            network=settings.job_network,
+            network=settings.jobs_network,
             user=settings.job_user,
             read_only=settings.job_read_only,
             log_mb=settings.job_log_mb,
             docker_log=self.outputs is None,  # the worker keeps the output: Docker need not keep a copy
+            resolver=way.resolver if way is not None else None,
         )

@@ -88,6 +88,7 @@ class ContainerSpec:
     read_only: bool = False
     log_mb: int = 10
     docker_log: bool = True  # False when the worker keeps the output itself: Docker then keeps no second copy
+    resolver: Path | None = None  # a file to be the job's /etc/resolv.conf (egress: one naming no resolver)
 
 
 @dataclass
@@ -237,7 +238,10 @@ class ContainerRuntime:
             read_only=spec.read_only,
             tmpfs={"/tmp": "rw,nosuid,nodev,size=256m"} if spec.read_only else None,  # noqa: S108 - in the container
             **({"user": spec.user} if spec.user else {}),
-            volumes={str(spec.job_dir): {"bind": "/job", "mode": "ro"}},
+            volumes={
+                str(spec.job_dir): {"bind": "/job", "mode": "ro"},
+                **({str(spec.resolver): {"bind": "/etc/resolv.conf", "mode": "ro"}} if spec.resolver else {}),
+            },
             detach=True,
         )
 

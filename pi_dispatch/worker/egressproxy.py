@@ -15,12 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from pi_dispatch.core.egress import ALLOWLIST_FILE, ALLOWLIST_VARIABLE, PROXY_PORT, Allowlist, parse_allowlist
+from pi_dispatch.core.egress import (
+    ALLOWLIST_FILE,
+    ALLOWLIST_VARIABLE,
+    EGRESS_BRIDGE,
+    EGRESS_NETWORK,
+    PROXY_PORT,
+    Allowlist,
+    parse_allowlist,
+)
 from pi_dispatch.core.errors import ConfigError, Problem
 from pi_dispatch.infra.squid import ProxyPlace, squid_config
 from pi_dispatch.worker.jobnetwork import (
-    EGRESS_BRIDGE,
-    EGRESS_NETWORK,
     JobNetworkError,
     apply_rules,
     drop_rules,

@@ -1,9 +1,9 @@
 """Whether this host can run jobs at all. A cause on the host's side (its jobs or logs folder not writable, the job
-image gone, the Docker daemon refusing) is not the job's fault: the job goes back to its queue without spending an
-attempt, and the host is marked unhealthy. While it is, its row says so and why (`unhealthy`: a reason naming the
-setting and the errno, never a path), routers and stealing leave it out, it takes no job, what waits on its own
-queue moves to capable peers as a drain's does, and each beat it probes the causes again; it takes work again once
-none is left (`host_healthy`).
+image gone, the Docker daemon refusing, the egress proxy down) is not the job's fault: the job goes back to its queue
+without spending an attempt, and the host is marked unhealthy. While it is, its row says so and why (`unhealthy`: a
+reason naming the setting and the errno, never a path), routers and stealing leave it out, it takes no job, what
+waits on its own queue moves to capable peers as a drain's does, and each beat it probes the causes again; it takes
+work again once none is left (`host_healthy`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pi_dispatch.infra.events import EventLog, discard
 
 if TYPE_CHECKING:
     from pi_dispatch.worker.containers import ContainerRuntime
+    from pi_dispatch.worker.egressgate import EgressGate
 
 
 def unwritable(setting: str, error: OSError) -> str:
@@ -51,6 +52,7 @@ class HostHealth:
     runtime: ContainerRuntime
     log: EventLog = discard
     changed: Callable[[], Awaitable[object]] | None = None  # the row written again at once (routers see it)
+    egress: EgressGate | None = None  # PI_EGRESS on: the proxy must answer too
     reason: str | None = None
     _telling: set[asyncio.Future[object]] = field(default_factory=set, repr=False)
 
@@ -82,7 +84,7 @@ class HostHealth:
             return "the Docker daemon does not answer"
         if await self.runtime.image_id(self.image) is None:
             return "PI_JOB_IMAGE is not on this host"
-        return None
+        return await self.egress.fault() if self.egress is not None else None
 
     async def probe(self) -> None:
         """Each beat while unhealthy: healthy again once no cause is left."""

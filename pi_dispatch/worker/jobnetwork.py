@@ -41,8 +41,6 @@ DENIED: Final = (
 )  # fmt: skip
 REJECT: Final = ("-j", "REJECT", "--reject-with", "icmp-admin-prohibited")
 RESET: Final = ("-j", "REJECT", "--reject-with", "tcp-reset")  # a TCP connect is refused, not left unanswered
-EGRESS_NETWORK: Final = "pi-egress"
-EGRESS_BRIDGE: Final = "pi-egress0"
 EGRESS_LABEL: Final = "pi-dispatch.egress-network"
 # The resolv.conf an egress job gets: a resolver on its own loopback, where nothing listens.
 NO_RESOLVER: Final = "nameserver 127.0.0.1\noptions attempts:1 timeout:1\n"
@@ -177,12 +175,21 @@ def gateway_of(client: Any, name: str) -> str:
     from docker.errors import NotFound
 
     try:
-        pools = client.networks.get(name).attrs.get("IPAM", {}).get("Config") or []
+        attributes = client.networks.get(name).attrs
     except NotFound:
         raise JobNetworkError(f"no Docker network {name}: run pi-dispatch egress-proxy, which makes it") from None
+    gateway = network_gateway(attributes)
+    if gateway is None:
+        raise JobNetworkError(f"the Docker network {name} has no gateway: remove it and run egress-proxy again")
+    return gateway
+
+
+def network_gateway(attributes: Any) -> str | None:
+    """A network's gateway, as `docker network inspect` gives the network (None when it has none)."""
+    pools = (attributes.get("IPAM") or {}).get("Config") or [] if isinstance(attributes, dict) else []
     for pool in pools:
         if isinstance(pool, dict) and pool.get("Gateway"):
             return str(pool["Gateway"]).split("/")[0]
         if isinstance(pool, dict) and pool.get("Subnet"):  # given a subnet alone, Docker takes its first address
             return str(next(ipaddress.ip_network(str(pool["Subnet"]), strict=False).hosts()))
-    raise JobNetworkError(f"the Docker network {name} has no gateway: remove it and run egress-proxy again")
+    return None

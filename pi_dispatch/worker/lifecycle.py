@@ -144,6 +144,8 @@ class Worker:
             self.log,
         )  # fmt: skip
         await parts.recorder.recover()  # records an earlier run could not write: kept in the store until written
+        if parts.health.egress is not None and (down := await parts.health.egress.fault()) is not None:
+            parts.health.fault(down)  # its first row says so: no job is taken only to go back
         pickup = await self._start_consumers(parts)
         await parts.registry.start(self._row(digest or ""), keep_beating=False)  # the supervisor keeps it beating
         watch = await self._start_cron(boot_text)

@@ -186,3 +186,24 @@ def test_the_cli_refuses_a_misspelt_variable_in_an_env_file_and_the_receiver_in_
     monkeypatch.setenv("WEBHOOK_SECRT", "x")
     receiver = run_cli("receiver", "check")
     assert receiver.returncode == 2 and "did you mean WEBHOOK_SECRET?" in receiver.stderr
+
+
+@pytest.mark.parametrize(("value", "on"), [(None, True), ("", True), ("1", True), ("0", False)])
+def test_egress_is_on_unless_exactly_0_as_the_reference_reads_it(value: str | None, on: bool) -> None:
+    settings = load_settings(facts=FACTS, environment=lambda: {} if value is None else {"PI_EGRESS": value})
+    assert settings.egress is on
+    # with it on, jobs join the egress proxy's network unless one is named; with it off, the daemon's default
+    assert settings.jobs_network == ("pi-egress" if on else None)
+    assert settings.egress_network == ("pi-egress" if on else None)
+
+
+@pytest.mark.parametrize("value", ["yes", "true", "01", " 1", "on"])
+def test_egress_takes_no_other_spelling(value: str) -> None:
+    assert any("PI_EGRESS" in message for message in refused({"PI_EGRESS": value}))
+
+
+def test_jobs_cut_off_from_every_network_need_no_egress_proxy() -> None:
+    settings = load_settings(facts=FACTS, environment=lambda: {"PI_JOB_NETWORK": "none"})
+    assert settings.egress and settings.jobs_network == "none" and settings.egress_network is None
+    named = load_settings(facts=FACTS, environment=lambda: {"PI_JOB_NETWORK": "pi-egress-b", "PI_EGRESS": "1"})
+    assert named.egress_network == "pi-egress-b"

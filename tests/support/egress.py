@@ -94,14 +94,15 @@ class Proxy:
 
 @contextlib.contextmanager
 def running_squid(
-    squid_binary: str, stand_in: StandIn, listen: str = "127.0.0.1", allowlist: str = ALLOWLIST
+    squid_binary: str, stand_in: StandIn, listen: str = "127.0.0.1", allowlist: str = ALLOWLIST, port: int = 0
 ) -> Iterator[Proxy]:
-    """squid in the foreground with the rendered rules for `allowlist`, names resolved to the stand-in."""
+    """squid in the foreground with the rendered rules for `allowlist`, names resolved to the stand-in, on `port`
+    (a free one when 0)."""
     with tempfile.TemporaryDirectory(prefix="pi-test-squid-") as made:  # not under pytest's 0700 folders
         state = Path(made)
         state.chmod(0o777)  # squid drops to Debian's proxy user once it has its port
         (state / "hosts").write_text(stand_in.hosts)
-        port = free_port(listen)
+        port = port or free_port(listen)
         place = ProxyPlace(listen, state, port, hosts_file=state / "hosts", user="proxy")
         (state / "squid.conf").write_text(squid_config(parse_allowlist(allowlist, "test"), place))
         squid = subprocess.Popen([squid_binary, "-N", "-f", str(state / "squid.conf")], stderr=subprocess.PIPE)
@@ -142,3 +143,35 @@ def tunnel(gateway: str, port: int, target: str) -> str:
     request = f"CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n"
     # stdin held open a while: busybox nc closes its side at the end of its input, before the greeting is back
     return f"$( (printf '{request}'; sleep 5) | nc -w 5 {gateway} {port} 2>&1 | tr '\\r\\n' '  ')"
+
+
+@dataclass(frozen=True)
+class EgressNetwork:
+    name: str
+    bridge: str
+    gateway: str
+
+
+@contextlib.contextmanager
+def egress_network(client: Any) -> Iterator[EgressNetwork]:
+    """An egress network of the test's own, internal, with the proxy's rules for PROXY_PORT on its gateway (as
+    `pi-dispatch egress-proxy` makes them); its rules and itself removed after."""
+    from docker.errors import APIError
+
+    from pi_dispatch.core.egress import PROXY_PORT
+    from pi_dispatch.worker.jobnetwork import apply_rules, drop_rules, egress_rules_for, ensure_network, gateway_of
+
+    suffix = uuid.uuid4().hex[:6]
+    name, bridge = f"pi-egress-w{suffix}", f"piew{suffix}"
+    ensure_network(client, name, bridge, internal=True)
+    rules: list[Any] = []
+    try:
+        gateway = gateway_of(client, name)
+        rules = egress_rules_for(bridge, gateway, PROXY_PORT)
+        apply_rules(rules)
+        yield EgressNetwork(name, bridge, gateway)
+    finally:
+        drop_rules(rules)
+        for network in client.networks.list(names=[name]):
+            with contextlib.suppress(APIError):  # a container left on it: the daemon says so; the test has failed
+                network.remove()

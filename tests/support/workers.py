@@ -40,6 +40,7 @@ def worker_env(tmp: Path, valkey_url: str, image: str, name: str | None, **extra
         "PI_JOB_MEMORY_MB": "64",
         "PI_JOB_CPUS": "0.5",
         "PI_METRICS_ADDR": "",  # off: test workers would otherwise share the default port
+        "PI_EGRESS": "0",  # a test of egress turns it on with an egress network and proxy of its own
     }
     if name:
         env["PI_WORKER_NAME"] = name

@@ -41,10 +41,22 @@ def pi_dispatch_worker_triggers_path(env_file: str) -> str:
     return triggers_beside(env_file)
 
 
+def pi_dispatch_egress_allowlist(entries: list[str]) -> str:
+    """The egress allowlist file of the inventory's entries, refused naming each bad entry."""
+    from pi_dispatch.core.egress import allowlist_text
+    from pi_dispatch.core.errors import ConfigError
+
+    try:
+        return allowlist_text(list(entries), "pi_dispatch_worker_egress_allowlist")
+    except ConfigError as error:
+        raise AnsibleFilterError(f"the inventory declares an invalid egress allowlist\n{error}") from error
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "pi_dispatch_env_file": pi_dispatch_env_file,
             "pi_dispatch_env_changes": pi_dispatch_env_changes,
             "pi_dispatch_worker_triggers_path": pi_dispatch_worker_triggers_path,
+            "pi_dispatch_egress_allowlist": pi_dispatch_egress_allowlist,
         }

@@ -1,0 +1,138 @@
+"""Workers with egress on, against a real redis-server, real Docker, the egress network's firewall rules and Debian's
+squid on its gateway, with a stand-in internet on documentation addresses: a job reaches the allowlist's names
+through the proxy and nothing else, and a host whose proxy does not answer takes no job until it does (its jobs
+held, unspent, then run)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from bullmq import Queue
+
+from pi_dispatch.core.egress import PROXY_PORT
+from pi_dispatch.core.keys import host_row_key
+from pi_dispatch.core.names import record_stem
+from pi_dispatch.core.reasons import Reason
+from pi_dispatch.testing.jobs import forge_job
+from pi_dispatch.worker.egressgate import EgressDown, EgressGate
+from tests.support.egress import (
+    GREETING,
+    EgressNetwork,
+    StandIn,
+    egress_network,
+    running_squid,
+    stand_in_internet,
+)
+from tests.support.workers import CEILING_S, RunningWorker, finished_job, running_worker, settings_of, worker_env
+
+pytestmark = [pytest.mark.redis, pytest.mark.docker, pytest.mark.squid, pytest.mark.slow]
+SUBNET = "203.0.113.128/26"  # its own block of the stand-in internet
+
+
+@pytest.fixture
+def network(docker_client: Any) -> Iterator[EgressNetwork]:
+    with egress_network(docker_client) as made:
+        yield made
+
+
+@pytest.fixture
+def stand_in(docker_client: Any, job_image: str) -> Iterator[StandIn]:
+    with stand_in_internet(docker_client, job_image, SUBNET) as made:
+        yield made
+
+
+@pytest.fixture
+async def queue(valkey_url: str, client: aioredis.Redis) -> AsyncIterator[Queue]:
+    opened = Queue("pi-jobs", {"connection": valkey_url})
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def egress_env(tmp_path: Path, valkey_url: str, image: str, network: EgressNetwork) -> dict[str, str]:
+    return worker_env(tmp_path, valkey_url, image, "walled", PI_EGRESS="1", PI_JOB_NETWORK=network.name)
+
+
+def output_of(worker: RunningWorker, job_id: str) -> str:
+    return (worker.worker.settings.logs_dir / f"{record_stem(job_id)}.log").read_text()
+
+
+async def until_event(worker: RunningWorker, name: str) -> None:
+    deadline = asyncio.get_running_loop().time() + CEILING_S
+    while name not in worker.events.names():
+        assert asyncio.get_running_loop().time() < deadline, f"no {name}: {worker.events.names()}"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_job_reaches_the_listed_names_through_the_proxy_and_nothing_else(
+    tmp_path: Path,
+    valkey_url: str,
+    job_image: str,
+    squid_binary: str,
+    network: EgressNetwork,
+    stand_in: StandIn,
+    queue: Queue,
+) -> None:
+    fetches = {
+        "gh-allowed": {"demoFetch": "http://allowed.example/"},
+        "gh-denied": {"demoFetch": "http://denied.example/"},
+        "gh-literal": {"demoFetch": f"http://{stand_in.allowed}/"},  # an IP literal is no listed name
+        "gh-direct": {"demoFetch": f"http://{stand_in.allowed}/", "demoNoProxy": 1},  # around the proxy
+    }
+    with running_squid(squid_binary, stand_in, network.gateway, port=PROXY_PORT):
+        async with running_worker(settings_of(egress_env(tmp_path, valkey_url, job_image, network))) as w:
+            for number, (job_id, trigger) in enumerate(fetches.items()):
+                await queue.add("github", forge_job(number, trigger=trigger), {"jobId": job_id})
+            for job_id in fetches:
+                assert (await finished_job(queue, job_id)).returnvalue["outcome"] == "completed"
+            said = {job_id: output_of(w, job_id) for job_id in fetches}
+    assert f"fetched http://allowed.example/: {GREETING}" in said["gh-allowed"], said
+    for job_id in ("gh-denied", "gh-literal"):  # the proxy's answer: forbidden
+        assert "fetch refused" in said[job_id] and "403" in said[job_id] and GREETING not in said[job_id], said
+    # no route but the proxy: the connection is refused at once by the host's rule, not left to time out
+    assert "fetch refused" in said["gh-direct"] and "refused" in said["gh-direct"].split("fetch refused")[1], said
+
+
+async def test_a_host_whose_proxy_does_not_answer_holds_its_jobs_unspent_then_runs_them(
+    tmp_path: Path,
+    valkey_url: str,
+    client: aioredis.Redis,
+    job_image: str,
+    squid_binary: str,
+    network: EgressNetwork,
+    stand_in: StandIn,
+    queue: Queue,
+) -> None:
+    env = egress_env(tmp_path, valkey_url, job_image, network)
+    async with running_worker(settings_of(env), beat_ms=300) as w:
+        await until_event(w, "host_unhealthy")  # found at boot: no job is taken only to go back
+        reason = (await client.hget(host_row_key("walled"), "unhealthy") or b"").decode()
+        assert reason.startswith(Reason.EGRESS_PROXY_STOPPED) and "fix: start the egress proxy" in reason, reason
+        await queue.add("github", forge_job(1, trigger={"demoFetch": "http://allowed.example/"}), {"jobId": "gh-held"})
+        await asyncio.sleep(1.5)  # five beats: the host still takes nothing
+        job = await queue.getJob("gh-held")
+        assert await queue.getJobState("gh-held") in ("waiting", "delayed") and job.attemptsMade == 0
+        assert not (w.worker.settings.logs_dir / f"{record_stem('gh-held')}.json").exists()  # no attempt recorded
+        with running_squid(squid_binary, stand_in, network.gateway, port=PROXY_PORT):
+            done = await finished_job(queue, "gh-held")
+            assert done.returnvalue["outcome"] == "completed" and done.attemptsMade == 1
+            assert f"fetched http://allowed.example/: {GREETING}" in output_of(w, "gh-held")
+        assert "host_healthy" in w.events.names()
+
+
+async def test_a_missing_or_open_network_is_the_hosts_fault_named_with_its_fix(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    missing = EgressGate(docker_client, "pi-egress-never-made", tmp_path / "resolv.conf")
+    with pytest.raises(EgressDown, match=f"^{Reason.EGRESS_PROXY_MISSING}: no Docker network pi-egress-never-made"):
+        await missing.way()
+    open_network = EgressGate(docker_client, "bridge", tmp_path / "resolv.conf")  # reaches past any proxy
+    fault = await open_network.fault()
+    assert fault is not None and fault.startswith(Reason.EGRESS_PROXY_MISSING) and "not internal" in fault
+    assert str(tmp_path) not in fault  # names only
