@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -50,7 +51,11 @@ def _vault_secrets() -> list[Any]:
     """What ansible-playbook sets up before it reads an inventory, once per process: the plugin loader (so lookups
     such as `password`, `file` and `env` resolve) and the vault secrets from Ansible's configuration
     (`ANSIBLE_VAULT_PASSWORD_FILE`, `ANSIBLE_VAULT_IDENTITY_LIST` or their ansible.cfg keys). Never prompts."""
-    from ansible.cli import CLI
+    with warnings.catch_warnings():
+        # ansible-core 2.19 imports cryptography's DSA, which cryptography 51 deprecates with a warning on import:
+        # about Ansible's internals, nothing an operator reading an inventory can act on
+        warnings.filterwarnings("ignore", message="DSA is deprecated", category=UserWarning)
+        from ansible.cli import CLI
     from ansible.constants import DEFAULT_VAULT_IDENTITY_LIST
     from ansible.parsing.dataloader import DataLoader
     from ansible.plugins.loader import init_plugin_loader
