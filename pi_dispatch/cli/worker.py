@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from pi_dispatch.core.egress import EGRESS_BRIDGE, EGRESS_NETWORK
+from pi_dispatch.core.egress import EGRESS_BRIDGE, EGRESS_NETWORK, PROXY_STATE_DIR, proxy_state_dir
 from pi_dispatch.infra.units import ENV_FILE_OPTION
 from pi_dispatch.worker.jobnetwork import DEFAULT_BRIDGE, DEFAULT_NETWORK
 
@@ -32,6 +32,10 @@ def job_network(
     deny: Annotated[
         list[str] | None,
         typer.Option(help="Another address or IPv4 range jobs must not reach (a store on a public address); repeat."),
+    ] = None,
+    log_group: Annotated[
+        str | None,
+        typer.Option(help="The worker's group, which may read the refusal log (squid's user writes it)."),
     ] = None,
     check: Annotated[
         bool, typer.Option("--check", help="Change nothing: exit 1 if the network or a rule is missing.")
@@ -93,9 +97,16 @@ def egress_proxy(
         ),
     ] = None,
     bridge: Annotated[str, typer.Option(help="Its bridge interface, which the firewall rules name.")] = EGRESS_BRIDGE,
-    state_dir: Annotated[Path, typer.Option(help="Where squid's rules, pid and refusal log are kept.")] = Path(
-        "/run/pi-dispatch-egress"
-    ),
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help=f"Where squid's rules, pid and refusal log are kept (PI_EGRESS_STATE_DIR, else {PROXY_STATE_DIR})."
+        ),
+    ] = None,
+    log_group: Annotated[
+        str | None,
+        typer.Option(help="The worker's group, which may read the refusal log (squid's user writes it)."),
+    ] = None,
     check: Annotated[
         bool, typer.Option("--check", help="Change nothing: exit 1 naming what is not up (network, rule, proxy).")
     ] = False,
@@ -113,7 +124,8 @@ def egress_proxy(
 
     settings = load_settings(env_file) if env_file is not None or not check else None
     network = name or (settings.egress_network if settings is not None else None) or EGRESS_NETWORK
-    place = EgressPlace(network=network, bridge=bridge, state_dir=state_dir)
+    state = state_dir or proxy_state_dir(settings.egress_state_dir if settings is not None else None)
+    place = EgressPlace(network=network, bridge=bridge, state_dir=state, reader_group=log_group)
     allowlist = None
     if settings is not None and not check:
         allowlist = read_allowlist(allowlist_path(settings.egress_allowlist_file, env_file))

@@ -46,7 +46,7 @@ from pi_dispatch.config.kinds import (
     Zone,
 )
 from pi_dispatch.config.sources import ENVIRONMENT, HostFacts, MachineDefaults
-from pi_dispatch.core.egress import EGRESS_NETWORK
+from pi_dispatch.core.egress import EGRESS_NETWORK, PROXY_STATE_DIR
 from pi_dispatch.core.errors import Problem
 from pi_dispatch.core.jscompat import DAY_MS
 from pi_dispatch.core.rehoming import REHOME_AFTER_MS, REHOME_FLOOR_MS
@@ -215,6 +215,13 @@ class WorkerSettings(DeclaredSettings):
         "The egress allowlist `pi-dispatch egress-proxy` enforces (the reference's grammar: one name per line, "
         ".example.com for a domain and its subdomains). Empty: egress-allowlist.conf beside the env file.",
         "an absolute path such as /etc/pi-dispatch/egress-allowlist.conf, or empty for the one beside the env file",
+    )
+    egress_state_dir: HostFile = setting(  # a folder; HostFile is the nullable absolute path
+        "PI_EGRESS_STATE_DIR",
+        None,
+        f"The egress proxy's state folder (its rules, and the refusal log the worker reads to attach each refusal to "
+        f"the attempt it refused). Empty: {PROXY_STATE_DIR}.",
+        "an absolute path, or empty for the egress proxy's own",
     )
     job_timeout_ms: WholeMs = setting(
         "PI_JOB_TIMEOUT_MS",

@@ -131,6 +131,15 @@ def _print_history(console: Console, history: Sequence[Mapping[str, Any]]) -> No
             visible(record.get("exitCode")),
         )
     show(console, keep_whole(table, "host", "queue", "started", "ended", "outcome"))
+    for number, record in enumerate(history, start=1):
+        refused = record.get("egressRefused")
+        if isinstance(refused, Mapping) and refused.get("count"):
+            listed = refused.get("first")
+            first = listed if isinstance(listed, list) else []
+            where = ", ".join(
+                f"{plain(one.get('host'))}:{plain(one.get('port'))}" for one in first if isinstance(one, Mapping)
+            )
+            console.print(escape(f"  attempt {number}: the egress proxy refused {plain(refused['count'])}: {where}"))
 
 
 def print_output(data: bytes, tail: int | None) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 from pi_dispatch.core.errors import ConfigError, Problem
@@ -23,6 +24,8 @@ ALLOWLIST_FILE: Final = "egress-allowlist.conf"  # beside the worker's env file,
 PROXY_PORT: Final = 3128  # the reference's EGRESS_PROXY_PORT
 EGRESS_NETWORK: Final = "pi-egress"  # the network egress jobs join, where the proxy listens on the gateway
 EGRESS_BRIDGE: Final = "pi-egress0"  # its bridge interface, which the firewall rules name
+PROXY_STATE_DIR: Final = "/run/pi-dispatch-egress"  # squid's rules, pid and refusal log, unless PI_EGRESS_STATE_DIR
+DENIED_LOG: Final = "denied.log"  # in it: one line per refusal (`infra/squid.DENIED_FORMAT`), which the worker reads
 # What a job is told of its proxy: both spellings (curl reads only the lowercase http_proxy, others the upper),
 # and Node's switch without which its fetch ignores them.
 PROXY_VARIABLES: Final = (
@@ -198,3 +201,8 @@ def allowlist_text(entries: list[str], source: str) -> str:
     text = header + "".join(f"{entry}\n" for entry in entries)
     parse_allowlist(text, source)
     return text
+
+
+def proxy_state_dir(declared: Path | str | None) -> Path:
+    """The egress proxy's state folder: PI_EGRESS_STATE_DIR, else its own (`--state-dir` says otherwise)."""
+    return Path(declared or PROXY_STATE_DIR)

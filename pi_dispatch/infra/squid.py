@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from pi_dispatch.core.egress import PLAIN_PORT, PROXY_PORT, Allowlist
+from pi_dispatch.core.egress import DENIED_LOG, PLAIN_PORT, PROXY_PORT, Allowlist
 
 # Where no job may be sent by name: the address ranges that are not the public internet.
 NON_PUBLIC: Final = (
@@ -29,7 +29,6 @@ NON_PUBLIC: Final = (
 )  # fmt: skip
 # Not `::/128` nor `::ffff:0:0/96`: squid reads both as covering every IPv4 address, which refuses everything.
 HEADER: Final = "# Rendered by pi-dispatch: the egress proxy of this host's jobs. A rollout overwrites edits."
-DENIED_LOG: Final = "denied.log"
 # when (epoch seconds.ms), the job's address, the method, the host and port asked for (no path, no query)
 DENIED_FORMAT: Final = "%ts.%03tu %>a %rm %>rd %>rP"
 

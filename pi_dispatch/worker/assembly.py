@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pi_dispatch.core.egress import DENIED_LOG, proxy_state_dir
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
 from pi_dispatch.fleet.jobhistory import JobHistory
 from pi_dispatch.fleet.mirror import RunMirror, mirror_window_ms
@@ -23,6 +24,7 @@ from pi_dispatch.worker.clockwatch import ClockWatch
 from pi_dispatch.worker.containers import ContainerRuntime
 from pi_dispatch.worker.control import Control
 from pi_dispatch.worker.cron import CronSchedules
+from pi_dispatch.worker.denials import DenialLog, DenialWatch
 from pi_dispatch.worker.egressgate import RESOLVER_FILE, EgressGate
 from pi_dispatch.worker.history import RunRecorder
 from pi_dispatch.worker.hosthealth import HostHealth
@@ -89,10 +91,13 @@ def assemble(
     registry = HostRegistry(
         client, name, log=log, progress=hooks.live_facts, now=now, beat_ms=beat_ms or HOST_BEAT_MS
     )  # fmt: skip
-    egress = None
+    egress = denials = None
     if settings.egress_network is not None:
         resolver = worker_jobs_dir(settings.jobs_dir, name) / RESOLVER_FILE
         egress = EgressGate(runtime.client, settings.egress_network, resolver)
+        refusal_log = DenialLog(proxy_state_dir(settings.egress_state_dir) / DENIED_LOG)
+        refusal_log.start()  # what it holds already is no running job's
+        denials = DenialWatch(refusal_log, egress.address, log=log)
     health = HostHealth(
         settings.jobs_dir, settings.logs_dir, settings.job_image, runtime, log, changed=registry.publish, egress=egress
     )  # fmt: skip
@@ -104,7 +109,7 @@ def assemble(
     attempts = Attempts(
         settings, runtime, client, recorder, WaitGate(settings, client, now, jitter, log), now, log,
         metrics=metrics, one_shots=OneShots(settings.triggers_file, log), outputs=outputs, health=health,
-        primary=primary, egress=egress,
+        primary=primary, egress=egress, denials=denials,
     )  # fmt: skip
     rehomer = Rehomer(
         client, store, settings.rehome_after_ms, settings.lock_duration_ms, log, now,

@@ -43,6 +43,7 @@ from pi_dispatch.worker.containers import (
     ImageMissing,
     StopRequest,
 )
+from pi_dispatch.worker.denials import DenialWatch, Refusals
 from pi_dispatch.worker.egressgate import EgressDown, EgressGate, EgressWay
 from pi_dispatch.worker.fencing import LockFence
 from pi_dispatch.worker.history import RunRecorder
@@ -105,6 +106,8 @@ class Attempts:
     cancelled: set[str] = field(default_factory=set)  # job ids an operator cancelled while they were here
     primary: PrimaryCheck | None = None  # a replicated store: a take counts once the named primary holds its lock
     egress: EgressGate | None = None  # PI_EGRESS on: a job's one way out is the proxy this gate finds
+    denials: DenialWatch | None = None  # with egress on: the proxy's refusals, attached to the attempts refused
+    refused: dict[str, Refusals] = field(default_factory=dict)  # job id -> its attempt's refusals, until recorded
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -206,6 +209,8 @@ class Attempts:
             record = build_record(data={}, result=None, error={"reason": Reason.INFRA}, **facts)
         record["queue"] = queue_of(job) or None  # where this attempt took the job
         record["routedTo"] = getattr(job, "routed_to", None)  # where the router had put it, when it was stolen
+        if (refused := self.refused.pop(facts["job_id"], None)) is not None:
+            record["egressRefused"] = refused.as_record()
         self.recorder.record(record)
         if self.one_shots is not None:  # after the record: a crash between leaves it armed with a record, never
             self.one_shots.spend(facts["job_id"], data, self.now())  # spent without one
@@ -307,8 +312,10 @@ class Attempts:
         watching.add_done_callback(kill_when_fenced)
         started = time.monotonic()
         output = await self._output(job_id, launch.secrets)
+        watched = self.denials if launch.way is not None else None
         try:
-            end = await self.runtime.run(spec, output=output.sink if output else None, stop=stop)
+            told = watched.started(job_id, str(data.get("secretsProfile") or "")) if watched is not None else None
+            end = await self.runtime.run(spec, output=output.sink if output else None, stop=stop, started=told)
         except ImageMissing:
             if image == settings.job_image:  # the host's own image gone: the host's fault, not the job's
                 self._host_fault("PI_JOB_IMAGE is not on this host")
@@ -319,11 +326,7 @@ class Attempts:
             raise JobFailure(Reason.INFRA, retry=True) from None  # it refused this job's container: retried
         finally:
             watching.cancel()
-            self.running.pop(job_id, None)
-            self.running_since.pop(job_id, None)
-            if output is not None:
-                await output.finish(iso_string(self.now()))
-            await asyncio.to_thread(shutil.rmtree, job_dir, True)
+            await self._after_run(job_id, job_dir, output, watched)
         await self._unless_cancelled(job_id, exit_code=end.exit_code)
         if fence.lost.is_set():  # whatever the container said, another worker may run this job now
             self.log("job_fenced", {"jobId": job_id, "reason": fence.reason})
@@ -335,6 +338,18 @@ class Attempts:
             raise
         self.metrics.ran(str(result["outcome"]), time.monotonic() - started)
         return result
+
+    async def _after_run(
+        self, job_id: str, job_dir: Path, output: RunningOutput | None, watched: DenialWatch | None
+    ) -> None:
+        """The container is gone: its refusals found, its output closed, its folder removed."""
+        self.running.pop(job_id, None)
+        self.running_since.pop(job_id, None)
+        if watched is not None:
+            self.refused[job_id] = await watched.ended(job_id, output.sink if output else None)
+        if output is not None:
+            await output.finish(iso_string(self.now()))
+        await asyncio.to_thread(shutil.rmtree, job_dir, True)
 
     async def _output(self, job_id: str, secrets: Mapping[str, str]) -> RunningOutput | None:
         """Where this attempt's output goes, every secret it was given masked; None when the host keeps none."""

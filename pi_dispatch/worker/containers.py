@@ -47,6 +47,7 @@ FOLLOW_GRACE_S: Final = 10.0  # how long the last of a container's output may ta
 
 
 T = TypeVar("T")
+Started = Callable[[str], Awaitable[None]]  # told the id of a job's container once it has started
 
 
 def _log_config(spec: ContainerSpec) -> LogConfig:
@@ -245,7 +246,9 @@ class ContainerRuntime:
             detach=True,
         )
 
-    async def run(self, spec: ContainerSpec, *, output: AttemptOutput | None, stop: StopRequest) -> ContainerEnd:
+    async def run(
+        self, spec: ContainerSpec, *, output: AttemptOutput | None, stop: StopRequest, started: Started | None = None
+    ) -> ContainerEnd:
         """Create, start and wait for the job's container, then remove it.
 
         The timeout stops the container (SIGTERM, then SIGKILL after STOP_GRACE_S); so does a stop request,
@@ -260,7 +263,7 @@ class ContainerRuntime:
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
             raise DockerUnavailable(f"the container could not be created ({type(error).__name__})") from error
         try:
-            return await self._run_created(container, spec, output=output, stop=stop)
+            return await self._run_created(container, spec, output=output, stop=stop, started=started)
         finally:
             await self._remove(container, spec)
 
@@ -273,13 +276,21 @@ class ContainerRuntime:
             self.log("container_remove_failed", {"jobId": spec.job_id})
 
     async def _run_created(
-        self, container: Any, spec: ContainerSpec, *, output: AttemptOutput | None, stop: StopRequest
+        self,
+        container: Any,
+        spec: ContainerSpec,
+        *,
+        output: AttemptOutput | None,
+        stop: StopRequest,
+        started: Started | None,
     ) -> ContainerEnd:
         follower = await self._attach(container, output, spec) if output is not None else None
         try:
             await self._call(container.start)
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
             raise DockerUnavailable(f"the container could not be started ({type(error).__name__})") from error
+        if started is not None:
+            await started(container.id)
         deadline = asyncio.get_running_loop().time() + spec.timeout_s
         status, timed_out, stopped = await self._await_end(container, spec, deadline, stop)
         if follower is not None:  # the stream ends with the container; a lost daemon may leave it open

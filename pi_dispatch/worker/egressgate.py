@@ -75,6 +75,16 @@ class EgressGate:
             return str(down)
         return None
 
+    async def address(self, container_id: str) -> str | None:
+        """A job's container's address on the egress network (what the proxy's refusal log names it by)."""
+        try:
+            attributes = await asyncio.to_thread(self.docker.api.inspect_container, container_id)
+        except _DOCKER_FAULTS:
+            return None  # its refusals stay nobody's; the job runs on
+        networks = (attributes.get("NetworkSettings") or {}).get("Networks") or {}
+        address = (networks.get(self.network) or {}).get("IPAddress")
+        return address if isinstance(address, str) and address else None
+
     def _gateway(self) -> str:
         try:
             attributes = self.docker.networks.get(self.network).attrs

@@ -7,6 +7,7 @@ drops to Debian's `proxy` user once it has its port.
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import shutil
@@ -18,9 +19,11 @@ from typing import Any, Final
 from pi_dispatch.core.egress import (
     ALLOWLIST_FILE,
     ALLOWLIST_VARIABLE,
+    DENIED_LOG,
     EGRESS_BRIDGE,
     EGRESS_NETWORK,
     PROXY_PORT,
+    PROXY_STATE_DIR,
     Allowlist,
     parse_allowlist,
 )
@@ -37,7 +40,7 @@ from pi_dispatch.worker.jobnetwork import (
     stale_proxy_rules,
 )
 
-STATE_DIR: Final = Path("/run/pi-dispatch-egress")
+STATE_DIR: Final = Path(PROXY_STATE_DIR)
 SQUID_USER: Final = "proxy"  # Debian's squid runs as it
 SQUID_CONF: Final = "squid.conf"
 ANSWER_S: Final = 2.0  # how long a probe of the proxy's port waits for it to accept
@@ -51,6 +54,7 @@ class EgressPlace:
     bridge: str = EGRESS_BRIDGE
     port: int = PROXY_PORT
     state_dir: Path = STATE_DIR
+    reader_group: str | None = None  # the worker's group: it reads the refusal log (squid's user writes it)
 
 
 def allowlist_path(declared: Path | str | None, env_file: Path | None) -> Path:
@@ -87,7 +91,7 @@ def prepare(client: Any, allowlist: Allowlist, place: EgressPlace) -> Path:
     place.state_dir.mkdir(mode=0o750, parents=True, exist_ok=True)
     user = _squid_user()
     if user is not None and os.geteuid() == 0:
-        os.chown(place.state_dir, user.pw_uid, user.pw_gid)  # squid writes its pid and logs there as proxy
+        _hand_over(place, user)
     where = ProxyPlace(gateway, place.state_dir, place.port, user=user.pw_name if user is not None else None)
     conf = place.state_dir / SQUID_CONF
     conf.write_text(squid_config(allowlist, where), encoding="utf-8")
@@ -124,6 +128,21 @@ def answers(address: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def _hand_over(place: EgressPlace, user: pwd.struct_passwd) -> None:
+    """The state folder and the refusal log to squid's user (it writes them), readable by the worker's group."""
+    gid = user.pw_gid
+    if place.reader_group is not None:
+        try:
+            gid = grp.getgrnam(place.reader_group).gr_gid
+        except KeyError:
+            raise JobNetworkError(f"no group {place.reader_group}: name the worker's group with --log-group") from None
+    log = place.state_dir / DENIED_LOG
+    log.touch(mode=0o640, exist_ok=True)
+    for path, mode in ((place.state_dir, 0o750), (log, 0o640)):
+        os.chown(path, user.pw_uid, gid)
+        path.chmod(mode)
 
 
 def _squid_user() -> pwd.struct_passwd | None:

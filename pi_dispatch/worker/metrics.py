@@ -88,6 +88,12 @@ class WorkerMetrics:
         self.mirror_failures = Counter(
             "pi_dispatch_mirror_failures", "Run records the fleet mirror did not take.", registry=registry
         )
+        self.egress_refusals = Counter(
+            "pi_dispatch_egress_refusals",
+            "Connections the egress proxy refused this host's jobs, by the job's secret profile (none: empty).",
+            ["profile"],
+            registry=registry,
+        )
         self.steals = Counter(
             "pi_dispatch_steals", "Jobs this host took from a busy peer's own queue (work stealing).", registry=registry
         )
@@ -140,6 +146,8 @@ class WorkerMetrics:
                 self.jobs.labels(*labels).inc()
             elif event == "run_mirror_failed":
                 self.mirror_failures.inc()
+            elif event == "egress_refused":
+                self.egress_refusals.labels(str(fields.get("profile") or "")).inc()
             elif event == "job_stolen":
                 self.steals.inc()
             elif event == "store_reset":

@@ -82,3 +82,15 @@ def test_each_attempt_says_which_queue_it_took_the_job_from_and_where_a_stolen_j
     lines = shown(job_facts("gh-d-1", None, history, [], start=None, current=3)).splitlines()
     assert any("mini2" in line and "pi-jobs@mini2 (stolen from pi-jobs@mini1)" in line for line in lines), lines
     assert any("mini1" in line and "pi-jobs@mini1" in line and "stolen" not in line for line in lines), lines
+
+
+def test_an_attempt_the_egress_proxy_refused_says_where_it_tried_to_go() -> None:
+    refused = {"count": 3, "first": [{"host": "paste.example", "port": 443}, {"host": "\x1b[2Jevil", "port": 80}]}
+    history = [
+        {"host": "mini1", "queue": "pi-jobs", "outcome": "completed", "egressRefused": {"count": 0, "first": []}},
+        {"host": "mini1", "queue": "pi-jobs", "outcome": "completed", "egressRefused": refused},
+        {"host": "mini2", "queue": "pi-jobs", "outcome": "completed", "egressRefused": "not an object"},
+    ]
+    lines = shown(job_facts("gh-d-1", None, history, [], start=None, current=4)).splitlines()
+    said = [line for line in lines if "egress proxy refused" in line]
+    assert said == ["  attempt 2: the egress proxy refused 3: paste.example:443, \\x1b[2Jevil:80"], lines

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from pi_dispatch.core.egress import parse_allowlist, parse_denied
-from pi_dispatch.infra.squid import DENIED_LOG, ProxyPlace, squid_config
+from pi_dispatch.core.egress import DENIED_LOG, parse_allowlist, parse_denied
+from pi_dispatch.infra.squid import ProxyPlace, squid_config
 from tests.support.egress import CEILING_S, Proxy, running_squid, stand_in_internet
 
 pytestmark = [pytest.mark.docker, pytest.mark.squid]

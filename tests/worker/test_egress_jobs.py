@@ -20,6 +20,7 @@ from pi_dispatch.core.names import record_stem
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.testing.jobs import forge_job
 from pi_dispatch.worker.egressgate import EgressDown, EgressGate
+from pi_dispatch.worker.history import read_attempt_records
 from tests.support.egress import (
     GREETING,
     EgressNetwork,
@@ -55,8 +56,11 @@ async def queue(valkey_url: str, client: aioredis.Redis) -> AsyncIterator[Queue]
         await opened.close()
 
 
-def egress_env(tmp_path: Path, valkey_url: str, image: str, network: EgressNetwork) -> dict[str, str]:
-    return worker_env(tmp_path, valkey_url, image, "walled", PI_EGRESS="1", PI_JOB_NETWORK=network.name)
+def egress_env(
+    tmp_path: Path, valkey_url: str, image: str, network: EgressNetwork, state: Path | None = None
+) -> dict[str, str]:
+    extra = {"PI_EGRESS_STATE_DIR": str(state)} if state is not None else {}
+    return worker_env(tmp_path, valkey_url, image, "walled", PI_EGRESS="1", PI_JOB_NETWORK=network.name, **extra)
 
 
 def output_of(worker: RunningWorker, job_id: str) -> str:
@@ -85,18 +89,33 @@ async def test_a_job_reaches_the_listed_names_through_the_proxy_and_nothing_else
         "gh-literal": {"demoFetch": f"http://{stand_in.allowed}/"},  # an IP literal is no listed name
         "gh-direct": {"demoFetch": f"http://{stand_in.allowed}/", "demoNoProxy": 1},  # around the proxy
     }
-    with running_squid(squid_binary, stand_in, network.gateway, port=PROXY_PORT):
-        async with running_worker(settings_of(egress_env(tmp_path, valkey_url, job_image, network))) as w:
+    with running_squid(squid_binary, stand_in, network.gateway, port=PROXY_PORT) as proxy:
+        env = egress_env(tmp_path, valkey_url, job_image, network, proxy.state)
+        async with running_worker(settings_of(env)) as w:
             for number, (job_id, trigger) in enumerate(fetches.items()):
                 await queue.add("github", forge_job(number, trigger=trigger), {"jobId": job_id})
             for job_id in fetches:
                 assert (await finished_job(queue, job_id)).returnvalue["outcome"] == "completed"
             said = {job_id: output_of(w, job_id) for job_id in fetches}
+            logs_dir = w.worker.settings.logs_dir
+            [*recorded] = (read_attempt_records(logs_dir, job_id)[-1].get("egressRefused") for job_id in fetches)
+            told = [fields for name, fields in w.events.events if name == "egress_refused"]
     assert f"fetched http://allowed.example/: {GREETING}" in said["gh-allowed"], said
     for job_id in ("gh-denied", "gh-literal"):  # the proxy's answer: forbidden
         assert "fetch refused" in said[job_id] and "403" in said[job_id] and GREETING not in said[job_id], said
     # no route but the proxy: the connection is refused at once by the host's rule, not left to time out
     assert "fetch refused" in said["gh-direct"] and "refused" in said["gh-direct"].split("fetch refused")[1], said
+    # each refusal of the proxy is its attempt's: in its record, its output and the worker's log
+    allowed, denied, literal, direct = recorded
+    assert allowed == {"count": 0, "first": []} and direct == {"count": 0, "first": []}  # the firewall's: no proxy's
+    assert denied["count"] == 1 and denied["first"][0] | {"at": None} == {
+        "host": "denied.example", "port": 80, "method": "GET", "at": None
+    }, denied  # fmt: skip
+    assert literal["count"] == 1 and literal["first"][0]["host"] == stand_in.allowed, literal
+    assert "egress proxy refused GET denied.example:80" in said["gh-denied"], said
+    assert sorted((fields["jobId"], fields["host"]) for fields in told) == [
+        ("gh-denied", "denied.example"), ("gh-literal", stand_in.allowed)
+    ], told  # fmt: skip
 
 
 async def test_a_host_whose_proxy_does_not_answer_holds_its_jobs_unspent_then_runs_them(

@@ -6,8 +6,11 @@ place, and becomes squid on the network's gateway; a job on that network then re
 from __future__ import annotations
 
 import contextlib
+import grp
+import pwd
 import secrets
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -18,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from pi_dispatch.core.egress import ALLOWLIST_FILE, PROXY_PORT
+from pi_dispatch.core.egress import ALLOWLIST_FILE, DENIED_LOG, PROXY_PORT
 from pi_dispatch.worker.jobnetwork import NO_RESOLVER, drop_rules, egress_rules_for, gateway_of
 from tests.support.egress import GREETING, stand_in_internet, until_listening
 from tests.support.helpers import run_cli
@@ -57,7 +60,8 @@ def test_the_proxy_command_sets_up_egress_and_becomes_squid(
         (tmp_path / ALLOWLIST_FILE).write_text(f"# the stand-in's allowed server\n{stand_in.allowed}\n")
         assert run_cli("egress-proxy", *place, "--check").returncode == 1  # nothing up yet
         proxy = subprocess.Popen(
-            [sys.executable, "-m", "pi_dispatch", "egress-proxy", "--env-file", str(env_file), *place],
+            [sys.executable, "-m", "pi_dispatch", "egress-proxy", "--env-file", str(env_file), *place,
+             "--log-group", "nogroup"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
@@ -76,6 +80,12 @@ def test_the_proxy_command_sets_up_egress_and_becomes_squid(
     assert "403" in seen[1] and GREETING not in seen[1], seen
     gone = run_cli("egress-proxy", *place, "--check")
     assert gone.returncode == 1 and "missing: the proxy" in gone.stdout, gone.stdout
+    # squid's user writes the refusal log; the worker's group (--log-group) reads it, no one else
+    state = Path(place[5])
+    for path, mode in ((state, 0o750), (state / DENIED_LOG, 0o640)):
+        found = path.stat()
+        assert (pwd.getpwuid(found.st_uid).pw_name, grp.getgrgid(found.st_gid).gr_name) == ("proxy", "nogroup")
+        assert stat.S_IMODE(found.st_mode) == mode, (path, oct(found.st_mode))
 
 
 def test_a_bad_allowlist_is_refused_by_line_with_exit_2(place: list[str], tmp_path: Path) -> None:

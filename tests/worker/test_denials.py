@@ -1,0 +1,120 @@
+"""The proxy's refusal log, read as the worker reads it: each refusal given to the attempt whose container's address it
+names, never to a job that had the address before, a line read before its job's address waiting for it, the record's
+list bounded; the log followed across a partial line and a proxy that made it anew. Real files; the lines as squid
+writes them (`infra/squid.DENIED_FORMAT`, proven against squid in tests/infra/test_squid.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pi_dispatch.infra.events import Recorder
+from pi_dispatch.worker.denials import KEPT, UNCLAIMED_MS, DenialLog, DenialWatch
+
+NOW_MS = 1_800_000_000_000
+
+
+def line(at_ms: int, client: str, host: str, port: int = 443, method: str = "CONNECT") -> str:
+    return f"{at_ms // 1000}.{at_ms % 1000:03d} {client} {method} {host} {port}\n"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = NOW_MS
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+async def no_address(container_id: str) -> str | None:
+    return None
+
+
+@pytest.fixture
+def log_path(tmp_path: Path) -> Path:
+    path = tmp_path / "denied.log"
+    path.write_text(line(NOW_MS - 5_000, "172.30.0.2", "before-the-worker.example"))
+    return path
+
+
+def watch_of(path: Path, clock: Clock, events: Recorder | None = None) -> DenialWatch:
+    log = DenialLog(path)
+    log.start()  # what the log held before is no running job's
+    return DenialWatch(log, no_address, now_ms=clock, log=events or Recorder())
+
+
+async def test_each_refusal_is_its_own_jobs_and_a_line_before_the_worker_is_nobodys(log_path: Path) -> None:
+    clock, events = Clock(), Recorder()
+    watch = watch_of(log_path, clock, events)
+    watch.watch("gh-a", "172.30.0.2", "prod")
+    watch.watch("gh-b", "172.30.0.3", "")
+    with log_path.open("a") as log:
+        log.write(line(NOW_MS + 10, "172.30.0.2", "paste.example"))
+        log.write(line(NOW_MS + 20, "172.30.0.3", "exfil.example", 80, "GET"))
+        log.write("not a line squid writes\n")
+        log.write(line(NOW_MS + 30, "172.30.0.2", "paste.example", 8443))
+    a = await watch.ended("gh-a", None)
+    assert a.count == 2 and [(one.host, one.port) for one in a.kept] == [
+        ("paste.example", 443),
+        ("paste.example", 8443),
+    ]
+    b = await watch.ended("gh-b", None)
+    assert b.as_record()["count"] == 1 and b.as_record()["first"][0]["method"] == "GET"
+    told = [(fields["jobId"], fields["profile"], fields["host"]) for name, fields in events.events]
+    assert told == [("gh-a", "prod", "paste.example"), ("gh-b", "", "exfil.example"), ("gh-a", "prod", "paste.example")]
+
+
+async def test_an_address_an_ended_job_had_names_the_new_job_only_from_its_start(log_path: Path) -> None:
+    clock = Clock()
+    watch = watch_of(log_path, clock)
+    with log_path.open("a") as log:
+        log.write(line(NOW_MS - 3_000, "172.30.0.9", "old-job.example"))  # unread until the new job's end
+    clock.ms = NOW_MS + 10_000
+    watch.watch("gh-new", "172.30.0.9", "")  # Docker gave the address to a new container
+    with log_path.open("a") as log:
+        log.write(line(clock.ms + 5, "172.30.0.9", "new-job.example"))
+    found = await watch.ended("gh-new", None)
+    assert [one.host for one in found.kept] == ["new-job.example"]
+
+
+async def test_a_line_read_before_its_jobs_address_waits_for_it_then_expires(log_path: Path) -> None:
+    clock, events = Clock(), Recorder()
+    watch = watch_of(log_path, clock, events)
+    watch.watch("gh-other", "172.30.0.4", "")
+    with log_path.open("a") as log:
+        log.write(line(NOW_MS + 1, "172.30.0.5", "early.example"))  # before gh-late's address was read
+        log.write(line(NOW_MS + 2, "172.30.0.6", "orphan.example"))
+    await watch.ended("gh-other", None)  # another attempt's end reads the log
+    watch.watch("gh-late", "172.30.0.5", "")
+    assert [one.host for one in (await watch.ended("gh-late", None)).kept] == ["early.example"]
+    clock.ms += UNCLAIMED_MS + 10  # past the orphan line's wait
+    await watch.read()
+    assert (
+        "egress_refused",
+        {"jobId": None, "profile": "", "method": "CONNECT", "host": "orphan.example", "port": 443},
+    ) in events.events
+
+
+async def test_the_record_keeps_the_first_refusals_and_counts_them_all(log_path: Path) -> None:
+    watch = watch_of(log_path, Clock())
+    watch.watch("gh-busy", "172.30.0.7", "")
+    with log_path.open("a") as log:
+        log.writelines(line(NOW_MS + number, "172.30.0.7", f"host{number}.example") for number in range(KEPT + 5))
+    found = await watch.ended("gh-busy", None)
+    assert found.count == KEPT + 5 and len(found.as_record()["first"]) == KEPT  # type: ignore[arg-type]
+
+
+def test_the_log_is_followed_across_a_partial_line_and_a_proxy_that_made_it_anew(tmp_path: Path) -> None:
+    path = tmp_path / "denied.log"
+    log = DenialLog(path)
+    log.start()
+    assert log.new_lines() == []  # no proxy yet: nothing, no error
+    path.write_text("1.000 172.30.0.2 CONNECT a.example 443\n1.001 172.30.0.2 CONN")
+    assert log.new_lines() == ["1.000 172.30.0.2 CONNECT a.example 443"]
+    with path.open("a") as handle:
+        handle.write("ECT b.example 443\n")
+    assert log.new_lines() == ["1.001 172.30.0.2 CONNECT b.example 443"]
+    path.unlink()
+    path.write_text("2.000 172.30.0.3 GET c.example 80\n")  # the proxy's restart made it anew
+    assert log.new_lines() == ["2.000 172.30.0.3 GET c.example 80"]
