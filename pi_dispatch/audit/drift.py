@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from pi_dispatch.audit.findings import Finding
-from pi_dispatch.core.capabilities import ROUTE_FRESH_MS, is_draining
+from pi_dispatch.core.capabilities import ROUTE_FRESH_MS, is_draining, unhealthy_reason
 from pi_dispatch.core.jscompat import iso_string, js_number
 from pi_dispatch.fleet.backlog import idle_capable
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
@@ -172,6 +172,13 @@ def draining_findings(
                 f"pi-dispatch resume {row.get('name')} when it may take work again", (str(row.get("name")),))
         for row in live_rows
         if is_draining(row)
+    ]  # fmt: skip
+    findings += [
+        Finding("host-unhealthy", f"worker {row.get('name')}", f"takes no job: {reason}",
+                "what its reason names; `pi-dispatch config check --live` on the host names each cause",
+                (str(row.get("name")),))
+        for row in live_rows
+        if (reason := unhealthy_reason(row))
     ]  # fmt: skip
     for row in live_rows:
         if (drain := not_draining(row, now_ms)) is None:

@@ -58,6 +58,11 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         "warning",
         "a host had free slots while a job it could run waited on another queue past its stealing delay",
     ),
+    "host-unhealthy": (
+        "warning",
+        "a live host takes no job by its own account (its egress proxy down, its job image gone, a folder it cannot "
+        "write, Docker away): routers leave it out and its queue moves to capable peers until its beat finds it fit",
+    ),
     "host-draining": (
         "info",
         "an operator drains this host (pi-dispatch drain): it finishes what it runs and takes nothing new",

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,6 +35,7 @@ from pi_dispatch.console.terminal import keep_whole
 from pi_dispatch.core.capabilities import explain_route
 from pi_dispatch.core.errors import ConfigError, PiDispatchError, Problem
 from pi_dispatch.demo.cron import show_cron
+from pi_dispatch.demo.egress import allowlist, demo_egress
 from pi_dispatch.demo.hooks import DemoReceiver, RecordingEnqueuer, delivery_for
 from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE, docker_problem
 from pi_dispatch.demo.keep import keep_running, say_next
@@ -89,6 +91,7 @@ class Demo:
         with (
             EmbeddedValkey() as valkey,
             tempfile.TemporaryDirectory(prefix="pi-dispatch-demo-") as scratch,
+            contextlib.nullcontext({"PI_EGRESS": "0"}) if problem else demo_egress(console, allowlist(hosts)) as egress,
         ):
             console.print(f"Valkey: {valkey.origin} on {valkey.url}, private to this demo, stopped on exit.")
             state = Path(scratch)
@@ -98,7 +101,7 @@ class Demo:
                 (state / "secrets" / reference).write_text(value + "\n")
             for flag in GREEN_FLAGS:
                 (state / "flags" / f"{flag}.green").touch()
-            workers = [self._worker(host, valkey.url, state) for host in hosts]
+            workers = [self._worker(host, valkey.url, state, egress) for host in hosts]
             client = connect(valkey.url)
             stand_ins: list[HostRegistry] = []
             try:
@@ -132,11 +135,11 @@ class Demo:
         shipped = self.triggers_path.resolve().is_relative_to(EXAMPLE)
         return load_triggers(self.triggers_path, "inventory.example/triggers.json" if shipped else None)
 
-    def _worker(self, host: InventoryHost, url: str, state: Path) -> DemoWorker:
+    def _worker(self, host: InventoryHost, url: str, state: Path, egress: Mapping[str, str]) -> DemoWorker:
         # An undeclared worker is named after its hostname; each gets its inventory name as hostname
         # (a UTS namespace of its own) where this machine allows it, as it would have on its own machine.
         hostname = host.name if self.own_hostnames else self.hostname
-        env, fleet_host = worker_environment(host, url, state, hostname)
+        env, fleet_host = worker_environment(host, url, state, hostname, egress)
         return DemoWorker(host, fleet_host, env, hostname)
 
     def _start(self, workers: list[DemoWorker], state: Path) -> None:

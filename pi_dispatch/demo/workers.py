@@ -59,12 +59,16 @@ def _local_profiles(host: InventoryHost, folder: Path, kind: ProfileKind) -> str
     return render_profiles(local_table)
 
 
-def worker_environment(host: InventoryHost, url: str, state: Path, hostname: str) -> tuple[dict[str, str], FleetHost]:
-    """The host's rendered env, pointed at the demo's Valkey (whatever store the inventory names), folders and local
-    copies of its scripts."""
+def worker_environment(
+    host: InventoryHost, url: str, state: Path, hostname: str, egress: Mapping[str, str]
+) -> tuple[dict[str, str], FleetHost]:
+    """The host's rendered env, pointed at the demo's Valkey (whatever store the inventory names), folders, local
+    copies of its scripts and the demo's egress proxy (`egress.py`), unless the host turns egress off."""
     env = {name: value for name, value in env_values(host.vars).items() if name not in STORE_VARIABLES}
-    env.pop("PI_JOB_NETWORK", None)  # the role's network needs root's firewall: the demo's jobs use Docker's default
-    env["PI_EGRESS"] = "0"  # as does the egress proxy's
+    env.pop(
+        "PI_JOB_NETWORK", None
+    )  # the role's network is the host's: the demo's jobs use its own, or Docker's default
+    env.update(egress if env.get("PI_EGRESS") != "0" else {})
     folder = state / host.name
     (folder / "profiles").mkdir(parents=True, exist_ok=True)
     for kind, variable in VARIABLE.items():

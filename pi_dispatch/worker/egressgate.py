@@ -57,23 +57,27 @@ class EgressGate:
 
     async def way(self) -> EgressWay:
         """The way out for a job now; raises EgressDown saying what is missing."""
+        gateway = await self._answering_gateway()
+        if not self.resolver.is_file():
+            await asyncio.to_thread(_write_resolver, self.resolver)
+        return EgressWay(gateway, self.resolver, self.port)
+
+    async def fault(self) -> str | None:
+        """What keeps this host's jobs from going out, or None (it changes nothing)."""
+        try:
+            await self._answering_gateway()
+        except EgressDown as down:
+            return str(down)
+        return None
+
+    async def _answering_gateway(self) -> str:
         gateway = await asyncio.to_thread(self._gateway)
         if not await _answers(gateway, self.port):
             raise EgressDown(
                 f"{Reason.EGRESS_PROXY_STOPPED}: nothing answers on the {self.network} gateway's port {self.port}; "
                 "fix: start the egress proxy (systemctl start pi-dispatch-egress-proxy, or pi-dispatch egress-proxy)"
             )
-        if not self.resolver.is_file():
-            await asyncio.to_thread(_write_resolver, self.resolver)
-        return EgressWay(gateway, self.resolver, self.port)
-
-    async def fault(self) -> str | None:
-        """What keeps this host's jobs from going out, or None."""
-        try:
-            await self.way()
-        except EgressDown as down:
-            return str(down)
-        return None
+        return gateway
 
     async def address(self, container_id: str) -> str | None:
         """A job's container's address on the egress network (what the proxy's refusal log names it by)."""

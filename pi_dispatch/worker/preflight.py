@@ -1,7 +1,8 @@
 """`config check --live`: whether this host can serve with these settings, asked of the real services as the worker
-would ask them (as `gitlab-runner verify` does): the store answers and takes the password, the Docker daemon
-answers, the job image is here, every resolver and check script is a file this user may execute, and the logs and
-jobs folders take a file. Run it as the worker's user (the role does), so the answers are the worker's.
+would ask them (as `gitlab-runner verify` does): the store answers and takes the password, the Docker daemon answers,
+the job image is here, the egress proxy answers (with PI_EGRESS on), every resolver and check script is a file this
+user may execute, and the logs and jobs folders take a file. Run it as the worker's user (the role does), so the
+answers are the worker's.
 """
 
 from __future__ import annotations
@@ -102,8 +103,28 @@ def _folder(name: str, folder: Path) -> Check:
     return Check(name, True, f"{folder} takes a file")
 
 
+async def _egress(network: str) -> Check:
+    """The egress network there, internal, and its proxy answering, as the worker's gate finds them."""
+    import docker
+
+    from pi_dispatch.worker.egressgate import EgressGate
+
+    try:
+        client = await asyncio.to_thread(docker.from_env, timeout=int(CHECK_TIMEOUT_S))
+    except docker.errors.DockerException as error:
+        return Check("egress proxy", False, f"no Docker daemon to ask ({type(error).__name__}); fix: start Docker")
+    try:
+        fault = await EgressGate(client, network, Path("/nonexistent")).fault()
+    finally:
+        client.close()
+    if fault is not None:
+        return Check("egress proxy", False, fault)
+    return Check("egress proxy", True, f"it answers on the {network} network's gateway")
+
+
 async def live_checks(settings: WorkerSettings) -> list[Check]:
     """Every check, in the order the worker needs them; each bounded, none raises."""
     store, docker_found = await asyncio.gather(_store(settings), asyncio.to_thread(_docker, settings.job_image))
     folders = [_folder("logs dir", settings.logs_dir), _folder("jobs dir", settings.jobs_dir)]
-    return [store, *docker_found, *_scripts(settings), *folders]
+    egress = [await _egress(settings.egress_network)] if settings.egress_network is not None else []
+    return [store, *docker_found, *egress, *_scripts(settings), *folders]

@@ -500,3 +500,12 @@ def test_the_live_audit_judges_the_store_itself() -> None:
     emptied = FleetEpoch("r" * 40, now - 86_400_000, resets=2, resetAt=now - 60_000)
     assert judged(StoreState("master", synced, "noeviction", 1, promoted=False, epoch=emptied)) == ["store-reset"]
     assert audit(FLEET[:1], [], store=alone).findings == []  # without --live the store is not read
+
+
+def test_a_host_unhealthy_by_its_own_account_is_a_finding_with_its_reason() -> None:
+    reason = "egress-proxy-stopped: nothing answers on the pi-egress gateway's port 3128; fix: start the egress proxy"
+    sick = row("mini1", "s:prod,w:ci", unhealthy=reason)
+    report = audit(FLEET[:2], [], live_rows=[sick, row("mini2", "s:prod,w:ci")], live_state="ok", now_ms=10_000_000)
+    found = [f for f in report.findings if f.code == "host-unhealthy"]
+    assert [f.hosts for f in found] == [("mini1",)] and found[0].severity == "warning"
+    assert found[0].message == f"takes no job: {reason}"

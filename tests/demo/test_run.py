@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,7 @@ def test_the_demo_runs_the_example_fleet_keeps_it_for_the_tools_and_leaves_nothi
     assert demo_process.stdout is not None
     said: list[str] = []
     workers: set[int] = set()
+    egress: re.Match[str] | None = None
     try:
         deadline = time.monotonic() + 240  # a ceiling for a hang: the demo says it is ready in about a minute
         while time.monotonic() < deadline and not any("Stop it with Ctrl-C" in line for line in said):
@@ -140,9 +142,20 @@ def test_the_demo_runs_the_example_fleet_keeps_it_for_the_tools_and_leaves_nothi
         assert sorted(row["name"] for row in json.loads(listed.stdout)) == ["mini1", "mini2", "mini3"]
         workers = worker_processes(demo_process.pid)
         assert len(workers) == 3, workers
+        egress = re.search(r"Jobs run on\s+(pi-egress-demo-[0-9a-f]+),", text)
+        if os.geteuid() == 0 and shutil.which("squid", path="/usr/sbin:/usr/bin"):  # as ./dev demo runs it here
+            assert egress is not None and "Egress: on." in text, text  # the example's jobs, behind its allowlist
     finally:
         demo_process.send_signal(signal.SIGTERM)
         rest, _ = demo_process.communicate(timeout=60)
     assert demo_process.returncode == 0, "".join(said) + rest
     assert "nothing is left running" in rest
     assert still_alive(workers) == set()
+    if egress is not None:  # its proxy's network went with it (and its rules, which name its bridge)
+        import docker
+
+        client = docker.from_env()
+        try:
+            assert client.networks.list(names=[egress[1]]) == []
+        finally:
+            client.close()

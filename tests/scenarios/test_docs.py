@@ -65,7 +65,7 @@ async def example_fleet(valkey_url: str, state: Path) -> AsyncIterator[None]:
     (state / "secrets" / "deploy-token").write_text("docs-deploy-token\n")
     async with contextlib.AsyncExitStack() as stack:
         for host in load_inventory(EXAMPLE):
-            env, _ = worker_environment(host, valkey_url, state, host.name)
+            env, _ = worker_environment(host, valkey_url, state, host.name, {"PI_EGRESS": "0"})
             await stack.enter_async_context(running_worker(settings_of(env, hostname=host.name)))
         yield
 

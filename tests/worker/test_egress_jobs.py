@@ -6,6 +6,7 @@ held, unspent, then run)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from tests.support.egress import (
     running_squid,
     stand_in_internet,
 )
+from tests.support.helpers import run_cli_process
 from tests.support.workers import CEILING_S, RunningWorker, finished_job, running_worker, settings_of, worker_env
 
 pytestmark = [pytest.mark.redis, pytest.mark.docker, pytest.mark.squid, pytest.mark.slow]
@@ -91,6 +93,11 @@ async def test_a_job_reaches_the_listed_names_through_the_proxy_and_nothing_else
     }
     with running_squid(squid_binary, stand_in, network.gateway, port=PROXY_PORT) as proxy:
         env = egress_env(tmp_path, valkey_url, job_image, network, proxy.state)
+        env_file = tmp_path / "worker.env"
+        env_file.write_text("".join(f"{name}={value}\n" for name, value in env.items()))
+        checked = run_cli_process("config", "check", "--live", "--json", "--env-file", str(env_file))  # as the role
+        [egress] = [check for check in json.loads(checked.stdout)["checks"] if check["check"] == "egress proxy"]
+        assert egress["ok"] and network.name in egress["detail"], egress
         async with running_worker(settings_of(env)) as w:
             for number, (job_id, trigger) in enumerate(fetches.items()):
                 await queue.add("github", forge_job(number, trigger=trigger), {"jobId": job_id})

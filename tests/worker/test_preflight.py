@@ -39,6 +39,7 @@ def settings(tmp_path: Path, valkey_url: str, job_image: str) -> dict[str, str]:
         "PI_WAIT_PROFILES": f"ci:{script}",
         "PI_LOGS_DIR": str(tmp_path / "logs"),
         "PI_JOBS_DIR": str(tmp_path / "jobs"),
+        "PI_EGRESS": "0",  # tests/worker/test_egress_jobs.py checks a host's egress proxy
     }
 
 
@@ -67,3 +68,13 @@ def test_each_fault_is_named_and_the_first_decides_the_exit(tmp_path: Path, valk
         expected.append("FAIL  logs dir")
     assert failed == expected
     assert result.stderr.startswith("error: store: ") and "fix:" in result.stderr
+
+
+def test_with_egress_on_a_missing_proxy_network_is_named_with_its_fix(
+    tmp_path: Path, valkey_url: str, job_image: str
+) -> None:
+    env = settings(tmp_path, valkey_url, job_image) | {"PI_EGRESS": "1", "PI_JOB_NETWORK": "pi-egress-never-made"}
+    result = check_live(env, "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    [egress] = [check for check in json.loads(result.stdout)["checks"] if check["check"] == "egress proxy"]
+    assert not egress["ok"] and egress["detail"].startswith("egress-proxy-missing: no Docker network"), egress
