@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
@@ -29,6 +30,15 @@ settings.load_profile("pi-dispatch")
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("SHARED_DIR", REPO.parent / "shared"))
 SEED_DIFF = SHARED / "seed" / "pi-dispatch-1.7.0-to-1.8.0.diff"
+
+
+@pytest.fixture(autouse=True)
+def _leaks_found_where_they_are_made() -> Iterator[None]:
+    """A collection after each test: a connection or socket a test leaves open is then found (an unraisable
+    ResourceWarning, an error here) in that test's own teardown, not in whichever later test the collector happens
+    to run in."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")

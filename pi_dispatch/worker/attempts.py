@@ -38,7 +38,6 @@ from pi_dispatch.infra.valkey import STORE_FAULTS
 from pi_dispatch.worker.containers import (
     STOP_GRACE_S,
     ContainerRuntime,
-    ContainerSpec,
     DockerUnavailable,
     ImageMissing,
     StopRequest,
@@ -49,6 +48,7 @@ from pi_dispatch.worker.fencing import LockFence
 from pi_dispatch.worker.history import RunRecorder
 from pi_dispatch.worker.hosthealth import HostHealth, unwritable
 from pi_dispatch.worker.jobdirs import write_job_dir
+from pi_dispatch.worker.jobspec import Launch, attempts_made, container_spec
 from pi_dispatch.worker.metrics import WorkerMetrics
 from pi_dispatch.worker.oneshot import OneShots
 from pi_dispatch.worker.outcomes import JobFailure, PutBack, TakeUnconfirmed, container_result
@@ -63,23 +63,10 @@ if TYPE_CHECKING:
     from pi_dispatch.config.worker_settings import WorkerSettings
 
 
-def attempts_made(job: QueuedJob) -> int:
-    return job.attemptsMade if isinstance(job.attemptsMade, int) else 0
-
-
 def queue_of(job: Any) -> str:
     """The queue a job was taken from (BullMQ keeps its Worker on the job; the Worker is named after its queue)."""
     name = getattr(getattr(job, "queue", None), "name", None)
     return name if isinstance(name, str) else ""
-
-
-@dataclass(frozen=True)
-class Launch:
-    """What a job's container is made with once its gates have passed."""
-
-    image: str
-    secrets: Mapping[str, str]
-    way: EgressWay | None  # with egress on, its one way out
 
 
 @dataclass
@@ -298,7 +285,7 @@ class Attempts:
             job_dir = await asyncio.to_thread(write_job_dir, settings.jobs_dir, self.name, job_id, data)
         except OSError as error:
             self._host_fault(unwritable("PI_JOBS_DIR", error))
-        spec = self._spec(job, launch, data, job_dir)
+        spec = container_spec(settings, job, launch, data, job_dir, kept=self.outputs is not None)
         stop = StopRequest()
         self.running[job_id], self.running_since[job_id] = stop, self.now()
         if self.aborting.is_set() or job_id in self.cancelled:  # a stop asked for before it started stops it now
@@ -367,33 +354,3 @@ class Attempts:
         if job_id in self.cancelled:
             self.log("job_cancelled", {"jobId": job_id})
             raise JobFailure(Reason.CANCELLED, exit_code, retry=False)
-
-    def _spec(self, job: QueuedJob, launch: Launch, data: Mapping[str, Any], job_dir: Path) -> ContainerSpec:
-        """The job's container: its secrets and the job's own variables as env, this host's limits, and with egress
-        on the proxy as its one way out."""
-        # This attempt's number, 1-based as `job`, `logs` and `runs --job` count them (the record's `attempt` keeps
-        # the reference's count of those made before it).
-        settings, job_id, attempt, way = self.settings, str(job.id), attempts_made(job) + 1, launch.way
-        return ContainerSpec(
-            job_id=job_id,
-            attempt=attempt,
-            image=launch.image,
-            job_dir=job_dir,
-            environment={
-                **launch.secrets,
-                "PI_JOB_ID": job_id,
-                "PI_JOB_ATTEMPT": str(attempt),
-                "PI_JOB_KIND": str(data.get("kind") or job.name or ""),
-                "PI_HOST": self.name,
-                **(way.environment() if way is not None else {}),
-            },
-            memory_mb=settings.job_memory_mb,
-            cpus=settings.job_cpus,
-            timeout_s=settings.job_timeout_ms / 1000,
-            network=settings.jobs_network,
-            user=settings.job_user,
-            read_only=settings.job_read_only,
-            log_mb=settings.job_log_mb,
-            docker_log=self.outputs is None,  # the worker keeps the output: Docker need not keep a copy
-            resolver=way.resolver if way is not None else None,
-        )

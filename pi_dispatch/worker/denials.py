@@ -32,6 +32,7 @@ KEPT: Final = 20  # refusals one attempt's record lists; the count says how many
 UNCLAIMED_KEPT: Final = 256  # lines waiting for their job's address, at most
 UNCLAIMED_MS: Final = 60_000  # how long such a line waits before it is nobody's
 READ_MAX: Final = 1 << 20  # bytes read in one go; the rest on the next read
+SETTLE_S: Final = 0.2  # how long after its container's end an attempt's last refusals may still be written
 CLOCK_SLACK_MS: Final = 1_000  # squid stamps a line with this host's clock, the watch with the same; a little slack
 
 
@@ -123,8 +124,12 @@ class DenialWatch:
     async def ended(self, job_id: str, output: AttemptOutput | None) -> Refusals:
         """The attempt's refusals, the log read to its end first, each a line of its output; the job's address is
         free again after."""
+        addresses = [address for address, (owner, _) in self._jobs.items() if owner == job_id]
         await self.read()
-        for address in [address for address, (owner, _) in self._jobs.items() if owner == job_id]:
+        if addresses:  # squid writes a refusal's line just after its answer: one a starved proxy is still writing
+            await asyncio.sleep(SETTLE_S)
+            await self.read()
+        for address in addresses:
             del self._jobs[address]
         self._profiles.pop(job_id, None)
         refusals = self._found.pop(job_id, Refusals())

@@ -72,7 +72,8 @@ class EgressGate:
 
     async def _answering_gateway(self) -> str:
         gateway = await asyncio.to_thread(self._gateway)
-        if not await _answers(gateway, self.port):
+        # asked twice: one accept slower than ANSWER_S on a loaded host is no reason to mark the host unhealthy
+        if not await _answers(gateway, self.port) and not await _answers(gateway, self.port):
             raise EgressDown(
                 f"{Reason.EGRESS_PROXY_STOPPED}: nothing answers on the {self.network} gateway's port {self.port}; "
                 "fix: start the egress proxy (systemctl start pi-dispatch-egress-proxy, or pi-dispatch egress-proxy)"

@@ -1,0 +1,62 @@
+"""A job's container, as its attempt makes it once the gates have passed: the image, the secrets the resolver gave,
+the job's own variables, this host's limits, and with egress on its one way out (`egressgate.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pi_dispatch.core.jobs import QueuedJob
+from pi_dispatch.worker.containers import ContainerSpec
+from pi_dispatch.worker.egressgate import EgressWay
+
+if TYPE_CHECKING:
+    from pi_dispatch.config.worker_settings import WorkerSettings
+
+
+def attempts_made(job: QueuedJob) -> int:
+    return job.attemptsMade if isinstance(job.attemptsMade, int) else 0
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a job's container is made with once its gates have passed."""
+
+    image: str
+    secrets: Mapping[str, str]
+    way: EgressWay | None  # with egress on, its one way out
+
+
+def container_spec(
+    settings: WorkerSettings, job: QueuedJob, launch: Launch, data: Mapping[str, Any], job_dir: Path, *, kept: bool
+) -> ContainerSpec:
+    """The job's container: its secrets and the job's own variables as env, this host's limits, and with egress on
+    the proxy as its one way out. `kept`: the worker keeps the output, so Docker need not keep a copy."""
+    # This attempt's number, 1-based as `job`, `logs` and `runs --job` count them (the record's `attempt` keeps the
+    # reference's count of those made before it).
+    job_id, attempt, way = str(job.id), attempts_made(job) + 1, launch.way
+    return ContainerSpec(
+        job_id=job_id,
+        attempt=attempt,
+        image=launch.image,
+        job_dir=job_dir,
+        environment={
+            **launch.secrets,
+            "PI_JOB_ID": job_id,
+            "PI_JOB_ATTEMPT": str(attempt),
+            "PI_JOB_KIND": str(data.get("kind") or job.name or ""),
+            "PI_HOST": settings.worker_name,
+            **(way.environment() if way is not None else {}),
+        },
+        memory_mb=settings.job_memory_mb,
+        cpus=settings.job_cpus,
+        timeout_s=settings.job_timeout_ms / 1000,
+        network=settings.jobs_network,
+        user=settings.job_user,
+        read_only=settings.job_read_only,
+        log_mb=settings.job_log_mb,
+        docker_log=not kept,
+        resolver=way.resolver if way is not None else None,
+    )
