@@ -33,7 +33,6 @@ UNCLAIMED_KEPT: Final = 256  # lines waiting for their job's address, at most
 UNCLAIMED_MS: Final = 60_000  # how long such a line waits before it is nobody's
 READ_MAX: Final = 1 << 20  # bytes read in one go; the rest on the next read
 SETTLE_S: Final = 0.2  # how long after its container's end an attempt's last refusals may still be written
-CLOCK_SLACK_MS: Final = 1_000  # squid stamps a line with this host's clock, the watch with the same; a little slack
 
 
 @dataclass
@@ -107,14 +106,16 @@ class DenialWatch:
         """What the container runtime tells once the job's container has started: its address is then watched."""
 
         async def watch_container(container_id: str) -> None:
+            since = self.now_ms()  # its start has returned: Docker gave it the address after its last holder ended
             if (address := await self.address(container_id)) is not None:
-                self.watch(job_id, address, profile)
+                self.watch(job_id, address, profile, since)
 
         return watch_container
 
-    def watch(self, job_id: str, address: str, profile: str) -> None:
-        """The job's container has this address: its refusals are its own, those read already included."""
-        since = self.now_ms() - CLOCK_SLACK_MS
+    def watch(self, job_id: str, address: str, profile: str, since: int) -> None:
+        """The job's container has had this address since `since` (epoch ms, squid's clock, this host's): the
+        refusals naming it from then are its own, those read already included. A line from before is an earlier
+        holder's (Docker gives a freed address again), never this job's."""
         self._jobs[address], self._profiles[job_id] = (job_id, since), profile
         self._found.setdefault(job_id, Refusals())
         for one in [one for one in self._unclaimed if one.client == address and one.at_ms >= since]:

@@ -47,8 +47,8 @@ def watch_of(path: Path, clock: Clock, events: Recorder | None = None) -> Denial
 async def test_each_refusal_is_its_own_jobs_and_a_line_before_the_worker_is_nobodys(log_path: Path) -> None:
     clock, events = Clock(), Recorder()
     watch = watch_of(log_path, clock, events)
-    watch.watch("gh-a", "172.30.0.2", "prod")
-    watch.watch("gh-b", "172.30.0.3", "")
+    watch.watch("gh-a", "172.30.0.2", "prod", clock.ms)
+    watch.watch("gh-b", "172.30.0.3", "", clock.ms)
     with log_path.open("a") as log:
         log.write(line(NOW_MS + 10, "172.30.0.2", "paste.example"))
         log.write(line(NOW_MS + 20, "172.30.0.3", "exfil.example", 80, "GET"))
@@ -68,12 +68,11 @@ async def test_each_refusal_is_its_own_jobs_and_a_line_before_the_worker_is_nobo
 async def test_an_address_an_ended_job_had_names_the_new_job_only_from_its_start(log_path: Path) -> None:
     clock = Clock()
     watch = watch_of(log_path, clock)
+    with log_path.open("a") as log:  # the old job's last refusal, written a moment before its container ended
+        log.write(line(NOW_MS - 40, "172.30.0.9", "old-job.example"))  # and unread until the new job's end
+    watch.watch("gh-new", "172.30.0.9", "", NOW_MS)  # Docker gave the address to a new container at once
     with log_path.open("a") as log:
-        log.write(line(NOW_MS - 3_000, "172.30.0.9", "old-job.example"))  # unread until the new job's end
-    clock.ms = NOW_MS + 10_000
-    watch.watch("gh-new", "172.30.0.9", "")  # Docker gave the address to a new container
-    with log_path.open("a") as log:
-        log.write(line(clock.ms + 5, "172.30.0.9", "new-job.example"))
+        log.write(line(NOW_MS + 5, "172.30.0.9", "new-job.example"))
     found = await watch.ended("gh-new", None)
     assert [one.host for one in found.kept] == ["new-job.example"]
 
@@ -81,12 +80,12 @@ async def test_an_address_an_ended_job_had_names_the_new_job_only_from_its_start
 async def test_a_line_read_before_its_jobs_address_waits_for_it_then_expires(log_path: Path) -> None:
     clock, events = Clock(), Recorder()
     watch = watch_of(log_path, clock, events)
-    watch.watch("gh-other", "172.30.0.4", "")
+    watch.watch("gh-other", "172.30.0.4", "", clock.ms)
     with log_path.open("a") as log:
         log.write(line(NOW_MS + 1, "172.30.0.5", "early.example"))  # before gh-late's address was read
         log.write(line(NOW_MS + 2, "172.30.0.6", "orphan.example"))
     await watch.ended("gh-other", None)  # another attempt's end reads the log
-    watch.watch("gh-late", "172.30.0.5", "")
+    watch.watch("gh-late", "172.30.0.5", "", clock.ms)
     assert [one.host for one in (await watch.ended("gh-late", None)).kept] == ["early.example"]
     clock.ms += UNCLAIMED_MS + 10  # past the orphan line's wait
     await watch.read()
@@ -98,7 +97,7 @@ async def test_a_line_read_before_its_jobs_address_waits_for_it_then_expires(log
 
 async def test_the_record_keeps_the_first_refusals_and_counts_them_all(log_path: Path) -> None:
     watch = watch_of(log_path, Clock())
-    watch.watch("gh-busy", "172.30.0.7", "")
+    watch.watch("gh-busy", "172.30.0.7", "", NOW_MS)
     with log_path.open("a") as log:
         log.writelines(line(NOW_MS + number, "172.30.0.7", f"host{number}.example") for number in range(KEPT + 5))
     found = await watch.ended("gh-busy", None)
