@@ -33,10 +33,6 @@ def job_network(
         list[str] | None,
         typer.Option(help="Another address or IPv4 range jobs must not reach (a store on a public address); repeat."),
     ] = None,
-    log_group: Annotated[
-        str | None,
-        typer.Option(help="The worker's group, which may read the refusal log (squid's user writes it)."),
-    ] = None,
     check: Annotated[
         bool, typer.Option("--check", help="Change nothing: exit 1 if the network or a rule is missing.")
     ] = False,

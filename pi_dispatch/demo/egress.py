@@ -25,6 +25,8 @@ from rich.console import Console
 from pi_dispatch.config.hostvars import InventoryHost
 from pi_dispatch.core.egress import PROXY_PORT, allowlist_text
 from pi_dispatch.core.errors import ConfigError
+from pi_dispatch.worker.egressproxy import EgressPlace, missing, squid_binary
+from pi_dispatch.worker.jobnetwork import JobNetworkError, drop_rules, egress_rules_for, gateway_of
 
 START_CEILING_S: Final = 30.0  # squid answers within a second or two; only a hang reaches this
 STOP_CEILING_S: Final = 10.0
@@ -33,8 +35,10 @@ STOP_CEILING_S: Final = 10.0
 def _why_not() -> str | None:
     if os.geteuid() != 0:
         return "the egress proxy's firewall rules need root"
-    if shutil.which("squid") is None and not Path("/usr/sbin/squid").exists():
-        return "no squid here (./dev setup installs Debian's)"
+    try:
+        squid_binary()
+    except JobNetworkError as error:
+        return str(error)
     if shutil.which("iptables") is None and not Path("/usr/sbin/iptables").exists():
         return "no iptables here"
     return None
@@ -66,7 +70,7 @@ def demo_egress(console: Console, entries: Sequence[str]) -> Iterator[dict[str, 
         with (folder / "proxy.log").open("wb") as log:
             proxy = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:
-            if not _until_up(network, bridge, state, proxy):
+            if not _until_up(EgressPlace(network, bridge, state_dir=state), proxy):
                 said = (folder / "proxy.log").read_text(errors="replace").strip().splitlines()[-1:]
                 console.print(f"[yellow]Egress: off (the proxy did not start: {' '.join(said)}).[/yellow]")
                 yield {"PI_EGRESS": "0"}
@@ -82,14 +86,21 @@ def demo_egress(console: Console, entries: Sequence[str]) -> Iterator[dict[str, 
             _take_down(network, bridge)
 
 
-def _until_up(network: str, bridge: str, state: Path, proxy: subprocess.Popen[bytes]) -> bool:
-    check = [sys.executable, "-m", "pi_dispatch", "egress-proxy", "--check", "--name", network, "--bridge", bridge]
-    deadline = time.monotonic() + START_CEILING_S
-    while time.monotonic() < deadline and proxy.poll() is None:
-        if subprocess.run([*check, "--state-dir", str(state)], capture_output=True, check=False).returncode == 0:
-            return True
-        time.sleep(0.2)
-    return False
+def _until_up(place: EgressPlace, proxy: subprocess.Popen[bytes]) -> bool:
+    """Whether the proxy is up (what `egress-proxy --check` asks) before it exits or the ceiling passes."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        deadline = time.monotonic() + START_CEILING_S
+        while time.monotonic() < deadline and proxy.poll() is None:
+            with contextlib.suppress(JobNetworkError):  # its network made, its rules not yet: not up yet
+                if not missing(client, place):
+                    return True
+            time.sleep(0.2)
+        return False
+    finally:
+        client.close()
 
 
 def _stop(proxy: subprocess.Popen[bytes]) -> None:
@@ -105,8 +116,6 @@ def _take_down(network: str, bridge: str) -> None:
     """The demo's network and its rules, gone (nothing of the demo is left on this machine)."""
     import docker
     import docker.errors
-
-    from pi_dispatch.worker.jobnetwork import JobNetworkError, drop_rules, egress_rules_for, gateway_of
 
     client = docker.from_env()
     try:

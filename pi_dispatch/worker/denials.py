@@ -5,9 +5,9 @@ method, host and port). A job's container has its own address on the egress netw
 job cannot choose another: its capabilities are dropped); the worker reads the log's new lines when an attempt ends
 and gives each line to the job whose address it names: the attempt's record keeps the first `KEPT` (and how many in
 all), its output gets one line each, its log an `egress_refused` event (which the metrics count by the job's
-secret profile). The lines are hostile
-text (a job chooses the host it asks for): one out of shape is left out. A line whose address is no running job's
-yet (read before its container's address was) waits a while for it, then is counted as nobody's.
+secret profile). The lines are hostile text (a job chooses the host it asks for): one out of shape is left out. A
+line whose address is no running job's yet (read before its container's address was) waits a while for it, then is
+counted as nobody's.
 """
 
 from __future__ import annotations
@@ -126,10 +126,9 @@ class DenialWatch:
         """The attempt's refusals, the log read to its end first, each a line of its output; the job's address is
         free again after."""
         addresses = [address for address, (owner, _) in self._jobs.items() if owner == job_id]
-        await self.read()
         if addresses:  # squid writes a refusal's line just after its answer: one a starved proxy is still writing
             await asyncio.sleep(SETTLE_S)
-            await self.read()
+        await self.read()
         for address in addresses:
             del self._jobs[address]
         self._profiles.pop(job_id, None)
