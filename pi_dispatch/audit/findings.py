@@ -63,6 +63,14 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         "a live host takes no job by its own account (its egress proxy down, its job image gone, a folder it cannot "
         "write, Docker away): routers leave it out and its queue moves to capable peers until its beat finds it fit",
     ),
+    "egress-profile-differs": (
+        "warning",
+        "hosts serving one profile give its jobs different egress: what a job may reach depends on where it lands",
+    ),
+    "egress-public-suffix": (
+        "warning",
+        "an allowlist's .suffix entry covers a public suffix (github.io): anyone may receive what a job sends there",
+    ),
     "host-draining": (
         "info",
         "an operator drains this host (pi-dispatch drain): it finishes what it runs and takes nothing new",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -25,6 +26,10 @@ from pi_dispatch.cli.common import (
     write_file,
 )
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
+
+if TYPE_CHECKING:
+    from pi_dispatch.config.worker_settings import WorkerSettings
+    from pi_dispatch.core.egressprofiles import EgressPlan
 
 config_app = typer.Typer(
     no_args_is_help=True, help="Validate, show and render a worker's configuration; check triggers files; the schemas."
@@ -47,20 +52,23 @@ def config_check(
     """Validate the worker's configuration: prints OK or every problem; exit 0 or 2 (1 when --live finds a fault)."""
     from pi_dispatch.config.worker_settings import load_settings
     from pi_dispatch.triggers.schedules import load_cron
+    from pi_dispatch.worker.egressproxy import egress_plan
     from pi_dispatch.worker.preflight import live_checks
 
     with problems_as_json(as_json):
         settings = load_settings(env_file)
+        plan = egress_plan(settings)  # each profile's allowlist, read as the worker reads it at boot
         cron: int | None = None
         if settings.triggers_file is not None:
             _, triggers = load_cron(settings.triggers_file, "PI_TRIGGERS_FILE")
             cron = sum(trigger.on_type == "cron" for trigger in triggers)
+    wide = _public_suffix_wildcards(settings, env_file, plan)
     where = str(env_file) if env_file else "the environment"
-    checks = asyncio.run(live_checks(settings)) if live else []
+    checks = asyncio.run(live_checks(settings, plan)) if live else []
     failed = next((check for check in checks if not check.ok), None)
     if as_json:
         report = {"ok": failed is None, "source": where, "worker": settings.worker_name}
-        report |= {"nameDeclared": settings.worker_name_declared, "cronEntries": cron}
+        report |= {"nameDeclared": settings.worker_name_declared, "cronEntries": cron, "warnings": wide}
         print_json(report | {"checks": [check.as_json() for check in checks]})
     else:
         declared = "declared" if settings.worker_name_declared else "not declared, derived from the hostname"
@@ -69,9 +77,28 @@ def config_check(
         for check in checks:
             line = f"{'ok' if check.ok else 'FAIL':>4}  {check.name}: {check.detail}"
             console.print(escape(line), highlight=False, soft_wrap=True)  # a path is never cut
+        for warning in wide:
+            errors.print(escape(f"warning: {warning}"), highlight=False, soft_wrap=True)
     if failed is not None:
         errors.print(escape(f"error: {failed.name}: {failed.detail}"), highlight=False)
         raise typer.Exit(ExitStatus.FAILURE)
+
+
+def _public_suffix_wildcards(settings: WorkerSettings, env_file: Path | None, plan: EgressPlan) -> list[str]:
+    """Each entry of this host's allowlists that covers a public suffix, said with where it is and the fix."""
+    from pi_dispatch.core.egress import ALLOWLIST_VARIABLE
+    from pi_dispatch.infra.publicsuffix import WILDCARD_FIX, public_suffix_wildcards
+    from pi_dispatch.worker.egressproxy import PROFILES_VARIABLE, allowlist_path, read_allowlist
+
+    lists = {f"{PROFILES_VARIABLE} entry {name!r}": allowlist for name, allowlist in plan.lists.items()}
+    if settings.egress_network is not None:
+        with contextlib.suppress(ConfigError):  # the proxy reads it, and refuses what is wrong with it
+            lists[ALLOWLIST_VARIABLE] = read_allowlist(allowlist_path(settings.egress_allowlist_file, env_file))
+    return [
+        f"{where}: {entry} covers a public suffix, so a job may send to anyone's name under it; fix: {WILDCARD_FIX}"
+        for where, allowlist in lists.items()
+        for entry in public_suffix_wildcards(allowlist)
+    ]
 
 
 @config_app.command("triggers")

@@ -115,7 +115,15 @@ def egress_proxy(
 
     from pi_dispatch.cli.common import console
     from pi_dispatch.config.worker_settings import load_settings
-    from pi_dispatch.worker.egressproxy import EgressPlace, allowlist_path, missing, prepare, read_allowlist, run_squid
+    from pi_dispatch.worker.egressproxy import (
+        EgressPlace,
+        allowlist_path,
+        egress_plan,
+        missing,
+        prepare,
+        read_allowlist,
+        run_squid,
+    )
     from pi_dispatch.worker.jobnetwork import JobNetworkError
 
     settings = load_settings(env_file) if env_file is not None or not check else None
@@ -123,22 +131,26 @@ def egress_proxy(
     state = state_dir or proxy_state_dir(settings.egress_state_dir if settings is not None else None)
     place = EgressPlace(network=network, bridge=bridge, state_dir=state, reader_group=log_group)
     allowlist = None
+    profiles = egress_plan(settings).networks() if settings is not None else ()
     if settings is not None and not check:
         allowlist = read_allowlist(allowlist_path(settings.egress_allowlist_file, env_file))
     client = _docker_or_exit("egress proxy")
     try:
         if allowlist is None:
-            gone = missing(client, place)
+            gone = missing(client, place, profiles)
             for what in gone:
                 console.print(f"missing: {what}", highlight=False, markup=False)
             raise typer.Exit(1 if gone else 0)
-        conf = prepare(client, allowlist, place)
+        conf = prepare(client, allowlist, place, profiles)
     except (JobNetworkError, docker.errors.DockerException, OSError) as error:
         console.print(f"egress proxy: {error}", highlight=False, markup=False)
         raise typer.Exit(1) from None
     finally:
         client.close()
-    console.print(f"egress proxy: {len(allowlist.destinations)} destinations allowed; squid starts", highlight=False)
+    lists = f", {len(profiles)} profile lists" if profiles else ""
+    console.print(
+        f"egress proxy: {len(allowlist.destinations)} destinations allowed{lists}; squid starts", highlight=False
+    )
     run_squid(conf)
 
 

@@ -27,6 +27,9 @@ DEFAULT: Final = "default"
 
 # A setting no inventory variable declares directly: the role renders it (the deployed triggers file's path).
 ENV_ONLY: Final = "-"
+# The env-file grammar allowed 15 digits before any bound was declared; a setting with no natural limit keeps that.
+WHOLE_MAX: Final = 999_999_999_999_999
+MS: Final = "a whole number of milliseconds"
 
 
 def setting(
@@ -35,6 +38,11 @@ def setting(
     """One setting's declaration: its env variable, default, description, fix, bounds; host var when not derived."""
     facts: dict[str, Any] = {X_FIX: fix} | ({X_HOST_VAR: host_var} if host_var else {})
     return Field(default, validation_alias=variable, description=description, json_schema_extra=facts, **bounds)
+
+
+def unbounded(variable: str, default: int, description: str, fix: str = f"{MS}, 1 or more") -> Any:
+    """A whole-number setting with no natural upper limit: 1 or more, as the env grammar always allowed."""
+    return setting(variable, default, description, fix, ge=1, le=WHOLE_MAX)
 
 
 class DeclaredSettings(BaseSettings):

@@ -32,6 +32,7 @@ STORE_GROUP: Final = "pi_dispatch_store"
 HEADER: Final = "Rendered by pi-dispatch from the inventory for host {host}; a rollout overwrites edits."
 DEFAULT_ENV_FILE: Final = "/etc/pi-dispatch/worker.env"  # the role's default for pi_dispatch_worker_env_file
 TRIGGERS_NAME: Final = "triggers.json"
+EGRESS_PROFILES_DIR: Final = "egress-profiles"  # beside the env file: one <profile>.conf per profile list
 
 
 @dataclass(frozen=True)
@@ -147,10 +148,20 @@ def installed_triggers_path(host_vars: Mapping[str, Any]) -> str | None:
     return triggers_beside(str(host_vars.get(PREFIX + "env_file") or DEFAULT_ENV_FILE))
 
 
+def installed_egress_profiles(host_vars: Mapping[str, Any]) -> dict[str, str]:
+    """The PI_EGRESS_PROFILES a host's worker gets: each profile list the role writes, by profile."""
+    declared = host_vars.get(PREFIX + "egress_profiles")
+    folder = f"{str(host_vars.get(PREFIX + 'env_file') or DEFAULT_ENV_FILE).rsplit('/', 1)[0]}/{EGRESS_PROFILES_DIR}"
+    return {str(name): f"{folder}/{name}.conf" for name in declared} if isinstance(declared, Mapping) else {}
+
+
 def env_values(host_vars: Mapping[str, Any]) -> dict[str, str]:
     """The env variables a host's declarations set, as strings, in the env file's order."""
     values: dict[str, str] = {}
-    rendered = {"PI_TRIGGERS_FILE": installed_triggers_path(host_vars)}  # what the role itself puts in place
+    rendered: dict[str, object] = {  # what the role itself puts in place
+        "PI_TRIGGERS_FILE": installed_triggers_path(host_vars),
+        "PI_EGRESS_PROFILES": installed_egress_profiles(host_vars),
+    }
     for variable, (name, info) in fields_by_variable().items():
         declared = host_variable(name, info)
         value = host_vars.get(declared) if declared is not None else rendered.get(variable)

@@ -128,7 +128,8 @@ def _worker_name(value: object) -> object:
 
 def _profiles(value: object, info: ValidationInfo) -> object:
     if isinstance(value, str):
-        kind: ProfileKind = "wait" if info.field_name == "wait_profiles" else "secret"
+        kinds: dict[str | None, ProfileKind] = {"wait_profiles": "wait", "egress_profiles": "egress"}
+        kind = kinds.get(info.field_name, "secret")
         parsed = parse_profiles(value, kind, "")
         if parsed.problems:
             raise refused(problems=parsed.problems)
@@ -172,6 +173,7 @@ WorkerName = Annotated[str, BeforeValidator(_worker_name), WORKER_NAME_FORM]
 # NoDecode: an env value is the profile grammar, not the JSON pydantic-settings reads a dict from by default
 SecretProfiles = Annotated[dict[str, str], NoDecode, BeforeValidator(_profiles), ProfilesForm()]
 WaitProfiles = Annotated[dict[str, str], NoDecode, BeforeValidator(_profiles), ProfilesForm()]
+EgressProfiles = Annotated[dict[str, str], NoDecode, BeforeValidator(_profiles), ProfilesForm()]
 ValkeyUrl = Annotated[str, matching(_URL), _URL]
 Password = Annotated[SecretStr | None, matching(_PASSWORD), _PASSWORD]
 Sentinels = Annotated[str, matching(_SENTINELS), _SENTINELS]

@@ -18,9 +18,10 @@ from pi_dispatch.config.forms import Bounds, FlagForm, Form, TextForm
 from pi_dispatch.config.kinds import ABSOLUTE_PATH, X_FIX, X_HOST_VAR, extra, form_of, matching, refused
 from pi_dispatch.config.patterns import schema_pattern
 from pi_dispatch.config.worker_settings import WorkerSettings
-from pi_dispatch.core.egress import parse_allowlist
+from pi_dispatch.core.egress import OFFLINE, parse_allowlist
 from pi_dispatch.core.errors import ConfigError
-from pi_dispatch.core.names import HOST_VAR_PREFIX
+from pi_dispatch.core.names import HOST_VAR_PREFIX, PROFILE_NAME_RE
+from pi_dispatch.core.profiles import MAX_PROFILES
 
 PREFIX: Final = HOST_VAR_PREFIX
 
@@ -75,6 +76,36 @@ class AllowlistForm(Form):
         return {"type": "array", "items": item, "maxItems": 1024}
 
 
+@dataclass(frozen=True, kw_only=True)
+class ProfileListsForm(Form):
+    def host_types(self) -> tuple[type, ...]:
+        return (dict,)
+
+    def noun(self, bounds: Bounds) -> str:
+        return "profile names mapped to allowlists (or offline)"
+
+    def host_schema(self, bounds: Bounds) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "maxProperties": MAX_PROFILES,
+            "propertyNames": {"pattern": schema_pattern(PROFILE_NAME_RE.pattern)},
+            "additionalProperties": {"anyOf": [AllowlistForm().host_schema(bounds), {"const": OFFLINE}]},
+        }
+
+
+def _profile_lists(value: object) -> object:
+    """Each profile's list as the proxy reads it, `offline` for none; refused naming the profiles it refuses."""
+    if isinstance(value, Mapping):
+        for name, entries in value.items():
+            if not isinstance(name, str) or PROFILE_NAME_RE.fullmatch(name) is None:
+                raise refused(f"names a profile {name!r} that is not a profile name")
+            if entries != OFFLINE and not isinstance(entries, list):
+                raise refused(f"gives {name} neither a list nor {OFFLINE}")
+            if entries != OFFLINE:
+                _allowlist(entries)
+    return value
+
+
 def _allowlist(value: object) -> object:
     """Each entry as the egress proxy reads it (`core/egress.py`); refused naming the entries it refuses."""
     if isinstance(value, list):
@@ -116,6 +147,7 @@ Switch = Annotated[bool | None, FlagForm()]
 Gid = Annotated[int | str | None, BeforeValidator(_gid), GidForm()]
 Scripts = Annotated[dict[str, str] | None, BeforeValidator(_scripts), ScriptsForm()]
 Allowlist = Annotated[list[str] | None, BeforeValidator(_allowlist), AllowlistForm()]
+ProfileLists = Annotated[dict[str, list[str] | str] | None, BeforeValidator(_profile_lists), ProfileListsForm()]
 
 
 def role_var(suffix: str, description: str, fix: str) -> Any:
@@ -170,7 +202,14 @@ class RoleVars(BaseModel):
         "where this host's jobs may connect with PI_EGRESS on: entries of the reference's egress-allowlist.conf "
         "(api.example.com, .example.com for a domain and its subdomains, name:port for a port other than 443), "
         "written beside the env file (or to PI_EGRESS_ALLOWLIST_FILE) for the egress proxy.",
-        "a list such as [api.anthropic.com, github.com, .githubusercontent.com]",
+        "a list such as [api.anthropic.com, github.com, raw.githubusercontent.com, .example.com]",
+    )
+    egress_profiles: ProfileLists = role_var(
+        "egress_profiles",
+        "secret or wait profiles with an egress allowlist of their own, in the same grammar: a job binding one "
+        "reaches what its list lists instead of this host's; `offline` (or an empty list): its jobs get no network. "
+        "Written beside the env file (egress-profiles/<name>.conf) and named in PI_EGRESS_PROFILES.",
+        "a mapping such as {deploy: [api.example.com], sealed: offline}",
     )
     egress_proxy: Switch = role_var(
         "egress_proxy",

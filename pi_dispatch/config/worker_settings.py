@@ -13,19 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
 
 from pydantic import PrivateAttr, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import PydanticBaseSettingsSource
 
-from pi_dispatch.config.declaration import ENV_ONLY, DeclaredSettings, check_env, load_declared, setting
+from pi_dispatch.config.declaration import ENV_ONLY, MS, DeclaredSettings, check_env, load_declared, setting, unbounded
 from pi_dispatch.config.kinds import (
     PRIMARY_NAME_HELP,
     SENTINEL_PASSWORD_HELP,
     SENTINELS_HELP,
     ContainerUser,
     Cpus,
+    EgressProfiles,
     Flag,
     HostDir,
     HostFile,
@@ -53,18 +53,6 @@ from pi_dispatch.core.rehoming import REHOME_AFTER_MS, REHOME_FLOOR_MS
 from pi_dispatch.core.waits import WAIT_INTERVAL_FLOOR_MS
 from pi_dispatch.infra.store import DEFAULT_PRIMARY_NAME
 from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL
-
-# The env-file grammar allowed 15 digits before any bound was declared; a setting with no natural limit keeps that.
-WHOLE_MAX: Final = 999_999_999_999_999
-# A host silent for less than this is restarting, not gone; re-homing any sooner would race its own return.
-
-
-MS = "a whole number of milliseconds"
-
-
-def unbounded(variable: str, default: int, description: str, fix: str = f"{MS}, 1 or more") -> Any:
-    """A whole-number setting with no natural upper limit: 1 or more, as the env grammar always allowed."""
-    return setting(variable, default, description, fix, ge=1, le=WHOLE_MAX)
 
 
 class WorkerSettings(DeclaredSettings):
@@ -215,6 +203,14 @@ class WorkerSettings(DeclaredSettings):
         "The egress allowlist `pi-dispatch egress-proxy` enforces (the reference's grammar: one name per line, "
         ".example.com for a domain and its subdomains). Empty: egress-allowlist.conf beside the env file.",
         "an absolute path such as /etc/pi-dispatch/egress-allowlist.conf, or empty for the one beside the env file",
+    )
+    egress_profiles: EgressProfiles = setting(
+        "PI_EGRESS_PROFILES",
+        {},
+        "Profiles with an egress allowlist of their own, name:/absolute/path/to/allowlist, comma separated: a job "
+        "binding one reaches what its list lists instead of this host's list; a list of no entries: no network.",
+        "name:/absolute/path entries separated by commas (the role renders pi_dispatch_worker_egress_profiles)",
+        host_var=ENV_ONLY,
     )
     egress_state_dir: HostFile = setting(  # a folder; HostFile is the nullable absolute path
         "PI_EGRESS_STATE_DIR",

@@ -42,10 +42,13 @@ STARTER_ALLOWLIST: Final = """\
 # Comments on lines of their own. The proxy reads it when it starts: restart it after a change.
 # the model provider the agent talks to
 api.anthropic.com
-# the forge: its API, git over HTTPS and its downloads
+# the forge: its API, git over HTTPS and its downloads (each by name: .githubusercontent.com would be a public
+# suffix, under which anyone's content is served)
 github.com
 api.github.com
-.githubusercontent.com
+codeload.github.com
+raw.githubusercontent.com
+objects.githubusercontent.com
 """
 ALLOWLIST_FIX: Final = (
     "one name per line (api.example.com), a leading dot for a domain and its subdomains (.example.com), optionally "
@@ -194,11 +197,16 @@ def proxy_environment(gateway: str, port: int = PROXY_PORT) -> dict[str, str]:
     return dict(zip(PROXY_VARIABLES, values, strict=True))
 
 
-def allowlist_text(entries: list[str], source: str) -> str:
-    """The allowlist file of these entries (what the role writes from the inventory), as the proxy will read it;
-    raises ConfigError naming each entry it refuses."""
-    header = "# Written from the inventory (pi_dispatch_worker_egress_allowlist); the egress proxy reads it.\n"
-    text = header + "".join(f"{entry}\n" for entry in entries)
+OFFLINE: Final = "offline"  # what the inventory may write for a profile's list of nothing (no network at all)
+
+
+def allowlist_text(entries: list[str] | str, source: str) -> str:
+    """The allowlist file of these entries (what the role writes from the inventory, `source` naming its variable),
+    as the proxy will read it; `offline` is a list of none. Raises ConfigError naming each entry it refuses."""
+    listed = [] if entries == OFFLINE else list(entries)
+    said = " (offline: its jobs get no network)" if not listed else ""
+    header = f"# Written from the inventory ({source}){said}; the egress proxy and the worker read it.\n"
+    text = header + "".join(f"{entry}\n" for entry in listed)
     parse_allowlist(text, source)
     return text
 

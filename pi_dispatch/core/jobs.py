@@ -18,8 +18,9 @@ FORGE_PREFIX: Final = {kind: words.job_id_prefix for kind, words in FORGES.items
 FORGE_KINDS: Final = frozenset(FORGES)
 LOCAL_KIND: Final = "local"  # a cron job run on the host that scheduled it
 JOB_KINDS: Final = FORGE_KINDS | {LOCAL_KIND}
-# Variables the worker sets in every job container (a job may not bind a secret over them).
-JOB_VARIABLES: Final = ("PI_JOB_ID", "PI_JOB_ATTEMPT", "PI_JOB_KIND", "PI_HOST")
+# Variables the worker sets in every job container (a job may not bind a secret over them); PI_OFFLINE=1 is the
+# reference's word to the runner that it may not fetch or update anything of its own.
+JOB_VARIABLES: Final = ("PI_JOB_ID", "PI_JOB_ATTEMPT", "PI_JOB_KIND", "PI_HOST", "PI_OFFLINE")
 # And what the runtime sets in it: a binding over any of these would be overwritten.
 CONTAINER_VARIABLES: Final = frozenset({*JOB_VARIABLES, "PATH", "HOME", "HOSTNAME", "USER", "TERM", "SHELL"})
 # What a trigger fires on (`on.type`), as its jobs' records name it (`triggerType`).

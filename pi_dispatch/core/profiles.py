@@ -1,4 +1,4 @@
-"""The `name:/absolute/path,...` grammar of PI_SECRET_PROFILES and PI_WAIT_PROFILES.
+"""The `name:/absolute/path,...` grammar of PI_SECRET_PROFILES, PI_WAIT_PROFILES and PI_EGRESS_PROFILES.
 
 Used alike by the settings loader, the schema's format check, the inventory renderer and the audit, so an
 env file the role writes is read back exactly as the worker reads it. Every problem in a value is reported,
@@ -18,9 +18,11 @@ from typing import Final, Literal
 from pi_dispatch.core.errors import Problem
 from pi_dispatch.core.names import PROFILE_NAME_RE
 
-ProfileKind = Literal["secret", "wait"]
-VARIABLE: Final[dict[ProfileKind, str]] = {"secret": "PI_SECRET_PROFILES", "wait": "PI_WAIT_PROFILES"}
-SCRIPT_ROLE: Final[dict[ProfileKind, str]] = {"secret": "resolver", "wait": "check"}
+ProfileKind = Literal["secret", "wait", "egress"]
+VARIABLE: Final[dict[ProfileKind, str]] = {
+    "secret": "PI_SECRET_PROFILES", "wait": "PI_WAIT_PROFILES", "egress": "PI_EGRESS_PROFILES",
+}  # fmt: skip
+SCRIPT_ROLE: Final[dict[ProfileKind, str]] = {"secret": "resolver", "wait": "check", "egress": "allowlist"}
 # A job that binds secrets without naming a profile is resolved through this one (the reference's rule).
 DEFAULT_SECRET_PROFILE: Final = "default"  # noqa: S105 - a profile name, not a secret
 # More would make every beat's `caps` field and every routing decision needlessly large.
@@ -94,7 +96,7 @@ def _problem(kind: ProfileKind, source: str, entry: str, name: str, issue: Issue
         subject,
         f"the {role} needs an ABSOLUTE path",
         source,
-        f"give the full path of the {role} script, starting with /",
+        f"give the full path of the {role} {'file' if kind == 'egress' else 'script'}, starting with /",
     )
 
 

@@ -41,6 +41,8 @@ class Reason(StrEnum):
     RUNNER_POLICY = "runner-policy"
     EGRESS_PROXY_MISSING = "egress-proxy-missing"
     EGRESS_PROXY_STOPPED = "egress-proxy-stopped"
+    # this port's own: the job binds profiles whose egress allowlists differ (PI_EGRESS_PROFILES), never retried
+    EGRESS_PROFILES_DIFFER = "egress-profiles-differ"
     # the job's container
     JOB_IMAGE_MISSING = "job-image-missing"
     # this port's own: an image the host does not allow (PI_ALLOWED_IMAGES), a job larger or deeper than allowed

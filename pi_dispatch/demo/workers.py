@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from pi_dispatch.config.hostvars import InventoryHost, env_values
+from pi_dispatch.config.hostvars import EGRESS_PROFILES_DIR, InventoryHost, env_values
+from pi_dispatch.core.egress import allowlist_text
 from pi_dispatch.core.profiles import VARIABLE, ProfileKind, render_profiles
 from pi_dispatch.demo.store import free_port
 from pi_dispatch.fleet.hosts import FleetHost
@@ -59,6 +60,18 @@ def _local_profiles(host: InventoryHost, folder: Path, kind: ProfileKind) -> str
     return render_profiles(local_table)
 
 
+def _local_lists(host: InventoryHost, folder: Path) -> str:
+    """The host's profile allowlists written into folder, as the role writes them beside the env file."""
+    declared = host.declared("egress_profiles") or {}
+    folder.mkdir(exist_ok=True)
+    local_table = {}
+    for name, entries in declared.items():
+        local = folder / f"{name}.conf"
+        local.write_text(allowlist_text(entries, f"pi_dispatch_worker_egress_profiles.{name}"))
+        local_table[str(name)] = str(local)
+    return render_profiles(local_table)
+
+
 def worker_environment(
     host: InventoryHost, url: str, state: Path, hostname: str, egress: Mapping[str, str]
 ) -> tuple[dict[str, str], FleetHost]:
@@ -71,9 +84,11 @@ def worker_environment(
     env.update(egress if env.get("PI_EGRESS") != "0" else {})
     folder = state / host.name
     (folder / "profiles").mkdir(parents=True, exist_ok=True)
-    for kind, variable in VARIABLE.items():
-        if variable in env:
-            env[variable] = _local_profiles(host, folder / "profiles", kind)
+    for kind in ("secret", "wait"):
+        if VARIABLE[kind] in env:
+            env[VARIABLE[kind]] = _local_profiles(host, folder / "profiles", kind)
+    if VARIABLE["egress"] in env:
+        env[VARIABLE["egress"]] = _local_lists(host, folder / EGRESS_PROFILES_DIR)
     env.update(
         VALKEY_URL=url,
         PI_LOGS_DIR=str(folder / "logs"),

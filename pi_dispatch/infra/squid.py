@@ -16,6 +16,7 @@ Names resolve with the host's own resolver: `/etc/hosts` (or `hosts_file`), then
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -44,24 +45,45 @@ class ProxyPlace:
     user: str | None = None  # the user squid drops to when started as root (Debian's: proxy)
 
 
-def squid_config(allowlist: Allowlist, place: ProxyPlace) -> str:
-    """The whole squid.conf for `allowlist`, rules first-match in the order the module docstring gives."""
-    lines = [HEADER, f"http_port {place.listen}:{place.port}"]
+@dataclass(frozen=True)
+class Listener:
+    """One more network's port on the proxy (a profile's, `core/egressprofiles.py`): its address and its list."""
+
+    listen: str
+    allowlist: Allowlist
+
+
+def squid_config(allowlist: Allowlist, place: ProxyPlace, others: Sequence[Listener] = ()) -> str:
+    """The whole squid.conf: `allowlist` on place.listen, each other listener's list on its own address (a request
+    is judged by the list of the port it came in on), rules first-match in the order the module docstring gives."""
+    listeners = [Listener(place.listen, allowlist), *others]
+    lines = [HEADER, *(f"http_port {one.listen}:{place.port} name=in{i}" for i, one in enumerate(listeners))]
     lines += _process(place)
     lines += ["acl CONNECT method CONNECT", f"acl plain_port port {PLAIN_PORT}"]
     lines.append("acl non_public dst " + " ".join(NON_PUBLIC))
-    every = sorted({destination.written for destination in allowlist.destinations})
-    if every:
-        lines.append("acl listed dstdomain -n " + " ".join(every))
-    for port in allowlist.ports:
-        names = sorted({destination.written for destination in allowlist.on_port(port)})
-        lines += [f"acl port_{port} port {port}", f"acl listed_{port} dstdomain -n " + " ".join(names)]
-    # a name is checked before it is resolved: `non_public` (which resolves) comes last on each line
-    lines += [f"http_access allow CONNECT port_{port} listed_{port} !non_public" for port in allowlist.ports]
-    if every:
-        lines.append("http_access allow !CONNECT plain_port listed !non_public")
+    ports = sorted({port for one in listeners for port in one.allowlist.ports})
+    lines += [f"acl port_{port} port {port}" for port in ports]
+    for i, one in enumerate(listeners):
+        lines += _listener_rules(f"in{i}", one.allowlist)
     lines.append("http_access deny all")
     return "\n".join(lines) + "\n"
+
+
+def _listener_rules(tag: str, allowlist: Allowlist) -> list[str]:
+    lines = [f"acl {tag} myportname {tag}"]
+    every = sorted({destination.written for destination in allowlist.destinations})
+    if every:
+        lines.append(f"acl {tag}_listed dstdomain -n " + " ".join(every))
+    for port in allowlist.ports:
+        names = sorted({destination.written for destination in allowlist.on_port(port)})
+        lines.append(f"acl {tag}_listed_{port} dstdomain -n " + " ".join(names))
+    # a name is checked before it is resolved: `non_public` (which resolves) comes last on each line
+    lines += [
+        f"http_access allow {tag} CONNECT port_{port} {tag}_listed_{port} !non_public" for port in allowlist.ports
+    ]
+    if every:
+        lines.append(f"http_access allow {tag} !CONNECT plain_port {tag}_listed !non_public")
+    return lines
 
 
 def _process(place: ProxyPlace) -> list[str]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pi_dispatch.core.egress import DENIED_LOG, proxy_state_dir
+from pi_dispatch.core.egressprofiles import EgressPlan
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
 from pi_dispatch.fleet.jobhistory import JobHistory
 from pi_dispatch.fleet.mirror import RunMirror, mirror_window_ms
@@ -80,6 +81,7 @@ def assemble(
     hooks: Hooks,
     jitter: Callable[[], float],
     beat_ms: int | None = None,
+    egress_plan: EgressPlan | None = None,
 ) -> Parts:
     """The parts, each made with what it needs."""
     store, client, clock = connection
@@ -92,9 +94,10 @@ def assemble(
         client, name, log=log, progress=hooks.live_facts, now=now, beat_ms=beat_ms or HOST_BEAT_MS
     )  # fmt: skip
     egress = denials = None
+    plan = egress_plan or EgressPlan(settings.jobs_network)
     if settings.egress_network is not None:
         resolver = worker_jobs_dir(settings.jobs_dir, name) / RESOLVER_FILE
-        egress = EgressGate(runtime.client, settings.egress_network, resolver)
+        egress = EgressGate(runtime.client, plan.network_names(), resolver)
         refusal_log = DenialLog(proxy_state_dir(settings.egress_state_dir) / DENIED_LOG)
         refusal_log.start()  # what it holds already is no running job's
         denials = DenialWatch(refusal_log, egress.address, log=log)
@@ -109,7 +112,7 @@ def assemble(
     attempts = Attempts(
         settings, runtime, client, recorder, WaitGate(settings, client, now, jitter, log), now, log,
         metrics=metrics, one_shots=OneShots(settings.triggers_file, log), outputs=outputs, health=health,
-        primary=primary, egress=egress, denials=denials,
+        primary=primary, egress=egress, egress_plan=plan, denials=denials,
     )  # fmt: skip
     rehomer = Rehomer(
         client, store, settings.rehome_after_ms, settings.lock_duration_ms, log, now,

@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 
 from pi_dispatch.core.capabilities import capability_tokens, job_needs
 from pi_dispatch.core.egress import PROXY_VARIABLES
+from pi_dispatch.core.egressprofiles import OFFLINE_NETWORK, EgressPlan, ProfilesDiffer
 from pi_dispatch.core.jobbounds import job_refusal
 from pi_dispatch.core.jobs import CONTAINER_VARIABLES, QueuedJob
 from pi_dispatch.core.jscompat import iso_string
@@ -93,6 +94,7 @@ class Attempts:
     cancelled: set[str] = field(default_factory=set)  # job ids an operator cancelled while they were here
     primary: PrimaryCheck | None = None  # a replicated store: a take counts once the named primary holds its lock
     egress: EgressGate | None = None  # PI_EGRESS on: a job's one way out is the proxy this gate finds
+    egress_plan: EgressPlan | None = None  # the network each job joins by its profiles; None: PI_JOB_NETWORK's
     denials: DenialWatch | None = None  # with egress on: the proxy's refusals, attached to the attempts refused
     refused: dict[str, Refusals] = field(default_factory=dict)  # job id -> its attempt's refusals, until recorded
 
@@ -100,6 +102,7 @@ class Attempts:
         settings = self.settings
         self.name = settings.worker_name
         self.capabilities = frozenset(capability_tokens(settings.secret_profiles, settings.wait_profiles))
+        self.plan = self.egress_plan or EgressPlan(settings.jobs_network)
         # with egress on, a resolver may not name the proxy either: the job's way out is the host's to say
         reserved = CONTAINER_VARIABLES | (set(PROXY_VARIABLES) if self.egress is not None else set())
         self.secrets = SecretsGate(
@@ -210,6 +213,9 @@ class Attempts:
             return self._refused(job, Refusal(bound))
         if refused := self.secrets.refusal(data):
             return self._refused(job, refused)
+        network = self._network(data)
+        if isinstance(network, Refusal):
+            return self._refused(job, network)
         image = self._image(data)
         if isinstance(image, Refusal):
             return self._refused(job, image)
@@ -220,13 +226,13 @@ class Attempts:
                 return self._refused(job, refused)
         self._unless_draining()  # the job's slot was taken with it (`pickup.py`)
         await self._unless_cancelled(str(job.id))
-        way = await self._egress_way()
+        way = await self._egress_way(network)
         with self.metrics.timed_gate("resolver"):
             secrets = await self.secrets.resolve(data)
         if isinstance(secrets, Refusal):
             return self._refused(job, secrets)
         fence = LockFence(self.client, queue, str(job.id), token, self.settings.lock_duration_ms)
-        return await self._run_container(job, Launch(image, secrets, way), data, fence)
+        return await self._run_container(job, Launch(image, secrets, way, network), data, fence)
 
     def _host_fault(self, reason: str) -> NoReturn:
         """A cause on this host's side: the host is marked unhealthy and the job goes back, its attempt unspent."""
@@ -234,12 +240,24 @@ class Attempts:
             self.health.fault(reason)
         raise PutBack
 
-    async def _egress_way(self) -> EgressWay | None:
-        """With egress on, the job's way out; none is the host's fault (the job goes back, unspent)."""
-        if self.egress is None:
+    def _network(self, data: Mapping[str, Any]) -> str | Refusal | None:
+        """The network the job joins, as this host decides it from the profiles the job binds (`egressprofiles.py`);
+        profiles whose egress differs refuse it."""
+        bound = {need.partition(":")[2] for need in job_needs(data)}
+        if (secret := self.secrets.bound_profile(data)) is not None:
+            bound.add(secret)
+        network = self.plan.network_for(bound)
+        if isinstance(network, ProfilesDiffer):
+            return Refusal(Reason.EGRESS_PROFILES_DIFFER, ",".join(network.profiles))
+        return network
+
+    async def _egress_way(self, network: str | None) -> EgressWay | None:
+        """With egress on, the job's way out on its network; none is the host's fault (the job goes back, unspent).
+        An offline job has none to find."""
+        if self.egress is None or network is None or network == OFFLINE_NETWORK:
             return None
         try:
-            return await self.egress.way()
+            return await self.egress.way(network)
         except EgressDown as down:
             self._host_fault(str(down))
 
@@ -258,6 +276,8 @@ class Attempts:
     def refuses(self, data: object) -> bool:
         """Whether this host would refuse the job before spending anything: what a steal never takes."""
         if not isinstance(data, Mapping) or job_refusal(data) or self.secrets.refusal(data):
+            return True
+        if isinstance(self._network(data), Refusal):
             return True
         if not self.capabilities.issuperset(job_needs(data)):
             return True

@@ -94,7 +94,8 @@ class DenialWatch:
     """The refusals of this host's running attempts, by their containers' addresses."""
 
     log_file: DenialLog
-    address: Callable[[str], Awaitable[str | None]]  # a started container's address on the egress network
+    # a started container's address on its network, and when its process started (epoch ms, None: unknown)
+    address: Callable[[str], Awaitable[tuple[str, int | None] | None]]
     now_ms: Callable[[], int] = wall_ms
     log: EventLog = discard
     _jobs: dict[str, tuple[str, int]] = field(default_factory=dict)  # address -> job id, since when (epoch ms)
@@ -106,9 +107,12 @@ class DenialWatch:
         """What the container runtime tells once the job's container has started: its address is then watched."""
 
         async def watch_container(container_id: str) -> None:
-            since = self.now_ms()  # its start has returned: Docker gave it the address after its last holder ended
-            if (address := await self.address(container_id)) is not None:
-                self.watch(job_id, address, profile, since)
+            returned = self.now_ms()  # its start has returned: Docker gave it the address after its last holder ended
+            if (found := await self.address(container_id)) is not None:
+                # from when its process started, as Docker says (its first request may come before this loop hears
+                # that the start returned); never later than that
+                address, started = found
+                self.watch(job_id, address, profile, min(started, returned) if started is not None else returned)
 
         return watch_container
 

@@ -91,10 +91,12 @@ async def serve(settings: WorkerSettings, log: EventLog, stop: asyncio.Event) ->
     """Connect to Docker, run the worker until stop is set. Raises DockerUnavailable when Docker is not there."""
     from pi_dispatch.infra.store import store_of
     from pi_dispatch.worker.containers import ContainerRuntime
+    from pi_dispatch.worker.egressproxy import egress_plan
     from pi_dispatch.worker.lifecycle import Worker
 
+    plan = egress_plan(settings)  # the profiles' lists read once (a config error raises here, before Docker)
     runtime = await asyncio.to_thread(
         ContainerRuntime.connect, settings.worker_name, settings.concurrency, log, store_of(settings).fleet_id()
     )
     log("worker_config", settings_summary(settings))
-    return await Worker(settings, runtime, log).run(stop)
+    return await Worker(settings, runtime, log, egress_plan=plan).run(stop)

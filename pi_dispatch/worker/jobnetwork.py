@@ -145,9 +145,11 @@ def drop_rules(rules: Sequence[Rule], run: Runner = subprocess.run) -> None:
         run([*IPTABLES, "-D", rule.chain, *rule.spec], capture_output=True, text=True, check=False)
 
 
-def ensure_network(client: Any, name: str, bridge: str, *, internal: bool = False) -> bool:
-    """The network, made when absent (True); an existing one must be a bridge on `bridge` (internal when asked),
-    else JobNetworkError."""
+def ensure_network(
+    client: Any, name: str, bridge: str, *, internal: bool = False, labels: dict[str, str] | None = None
+) -> bool:
+    """The network, made when absent (True), with `labels` besides its own; an existing one must be a bridge on
+    `bridge` (internal when asked), else JobNetworkError."""
     from docker.errors import NotFound
 
     try:
@@ -156,7 +158,12 @@ def ensure_network(client: Any, name: str, bridge: str, *, internal: bool = Fals
         options = {"com.docker.network.bridge.name": bridge, "com.docker.network.bridge.enable_icc": "false"}
         label = EGRESS_LABEL if internal else LABEL
         client.networks.create(
-            name, driver="bridge", options=options, labels={label: "1"}, enable_ipv6=False, internal=internal
+            name,
+            driver="bridge",
+            options=options,
+            labels={label: "1", **(labels or {})},
+            enable_ipv6=False,
+            internal=internal,
         )
         return True
     attributes = found.attrs

@@ -27,6 +27,7 @@ class Launch:
     image: str
     secrets: Mapping[str, str]
     way: EgressWay | None  # with egress on, its one way out
+    network: str | None  # the Docker network it joins (None: the daemon's default; `none`: no network)
 
 
 def container_spec(
@@ -48,12 +49,13 @@ def container_spec(
             "PI_JOB_ATTEMPT": str(attempt),
             "PI_JOB_KIND": str(data.get("kind") or job.name or ""),
             "PI_HOST": settings.worker_name,
+            "PI_OFFLINE": "1",
             **(way.environment() if way is not None else {}),
         },
         memory_mb=settings.job_memory_mb,
         cpus=settings.job_cpus,
         timeout_s=settings.job_timeout_ms / 1000,
-        network=settings.jobs_network,
+        network=launch.network,
         user=settings.job_user,
         read_only=settings.job_read_only,
         log_mb=settings.job_log_mb,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from redis.exceptions import RedisError
 
+from pi_dispatch.core.egressprofiles import EgressPlan
 from pi_dispatch.core.errors import ExitStatus
 from pi_dispatch.core.keys import host_queue_name
 from pi_dispatch.fleet.hosts import FleetHost, heartbeat_row
@@ -76,6 +77,7 @@ class Worker:
     beat_ms: int | None = None
     stuck_after_s: float = CONSUMER_STUCK_S
     idle_poll_s: float = IDLE_POLL_S
+    egress_plan: EgressPlan | None = None  # the network each job joins by its profiles (None: PI_JOB_NETWORK's)
     metrics: WorkerMetrics = field(init=False)
     status: StatusLine = field(default_factory=StatusLine, init=False)
     stuck: bool = field(default=False, init=False)
@@ -137,7 +139,7 @@ class Worker:
         hooks = Hooks(lambda: self.bullmq_workers, self._live_facts, self._move_own_queue)
         parts = self.parts = assemble(
             settings, self.runtime, (store, client, clock), triggers=triggers, metrics=self.metrics, log=self.log,
-            hooks=hooks, jitter=self.jitter, beat_ms=self.beat_ms,
+            hooks=hooks, jitter=self.jitter, beat_ms=self.beat_ms, egress_plan=self.egress_plan,
         )  # fmt: skip
         self.metrics.start(
             settings.metrics_addr, lambda: len(self.running), settings.concurrency, lambda: parts.control.draining,

@@ -20,6 +20,7 @@ from pi_dispatch.worker.scripts import usable_script
 
 if TYPE_CHECKING:
     from pi_dispatch.config.worker_settings import WorkerSettings
+    from pi_dispatch.core.egressprofiles import EgressPlan
 
 CHECK_TIMEOUT_S = 5.0
 
@@ -103,8 +104,8 @@ def _folder(name: str, folder: Path) -> Check:
     return Check(name, True, f"{folder} takes a file")
 
 
-async def _egress(network: str) -> Check:
-    """The egress network there, internal, and its proxy answering, as the worker's gate finds them."""
+async def _egress(networks: tuple[str, ...]) -> Check:
+    """Each egress network there, internal, and its proxy answering, as the worker's gate finds them."""
     import docker
 
     from pi_dispatch.worker.egressgate import EgressGate
@@ -114,17 +115,17 @@ async def _egress(network: str) -> Check:
     except docker.errors.DockerException as error:
         return Check("egress proxy", False, f"no Docker daemon to ask ({type(error).__name__}); fix: start Docker")
     try:
-        fault = await EgressGate(client, network, Path("/nonexistent")).fault()
+        fault = await EgressGate(client, networks, Path("/nonexistent")).fault()
     finally:
         client.close()
     if fault is not None:
         return Check("egress proxy", False, fault)
-    return Check("egress proxy", True, f"it answers on the {network} network's gateway")
+    return Check("egress proxy", True, f"it answers on the gateway of {', '.join(networks)}")
 
 
-async def live_checks(settings: WorkerSettings) -> list[Check]:
+async def live_checks(settings: WorkerSettings, plan: EgressPlan) -> list[Check]:
     """Every check, in the order the worker needs them; each bounded, none raises."""
     store, docker_found = await asyncio.gather(_store(settings), asyncio.to_thread(_docker, settings.job_image))
     folders = [_folder("logs dir", settings.logs_dir), _folder("jobs dir", settings.jobs_dir)]
-    egress = [await _egress(settings.egress_network)] if settings.egress_network is not None else []
+    egress = [await _egress(plan.network_names())] if settings.egress_network is not None else []
     return [store, *docker_found, *egress, *_scripts(settings), *folders]

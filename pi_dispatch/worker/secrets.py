@@ -112,6 +112,11 @@ class SecretsGate:
             return None
         return (profile if isinstance(profile, str) and profile else DEFAULT_SECRET_PROFILE), bound
 
+    def bound_profile(self, job: Mapping[str, object]) -> str | None:
+        """The profile whose resolver a job's secrets go through (`default` when it names none), or None."""
+        binding = self._binding(job)
+        return binding[0] if binding is not None else None
+
     def refusal(self, job: Mapping[str, object]) -> Refusal | None:
         """The table lookups that refuse a job before anything runs: an undeclared profile, a reserved name."""
         binding = self._binding(job)

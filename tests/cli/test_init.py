@@ -13,7 +13,7 @@ def test_init_writes_a_starter_allowlist_the_proxy_reads_and_never_overwrites(tm
     written = run_cli("init", "--triggers", str(triggers), "--egress-allowlist", str(allowlist))
     assert written.returncode == 0, written.stdout + written.stderr
     listed = read_allowlist(allowlist)
-    assert listed.allows("api.anthropic.com", 443) and listed.allows("codeload.githubusercontent.com", 443)
+    assert listed.allows("api.anthropic.com", 443) and listed.allows("raw.githubusercontent.com", 443)
     assert not listed.allows("paste.example", 443)
     allowlist.write_text("# mine\napi.example.com\n")
     again = run_cli("init", "--triggers", str(tmp_path / "other.json"), "--egress-allowlist", str(allowlist))

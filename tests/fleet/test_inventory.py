@@ -125,7 +125,7 @@ def test_random_host_vars_render_and_parse_back_to_the_same_settings(declared: d
 EXAMPLE = Path(__file__).resolve().parent.parent.parent / "inventory.example" / "hosts.yml"
 
 
-def _role_filter() -> Any:
+def _role_filter(name: str = "pi_dispatch_env_file") -> Any:
     import importlib.util
 
     plugin = EXAMPLE.parent.parent / "ansible" / "roles" / "pi_dispatch_worker" / "filter_plugins" / "pi_dispatch.py"
@@ -133,7 +133,7 @@ def _role_filter() -> Any:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.FilterModule().filters()["pi_dispatch_env_file"]
+    return module.FilterModule().filters()[name]
 
 
 def test_every_example_host_is_valid_and_the_role_renders_what_config_render_prints() -> None:
@@ -145,6 +145,26 @@ def test_every_example_host_is_valid_and_the_role_renders_what_config_render_pri
         assert printed.returncode == 0, printed.stderr
         assert render(host.vars, host.name) == printed.stdout
     assert "PI_WORKER_NAME" not in printed.stdout  # mini3 declares no name
+
+
+def test_the_profile_lists_the_role_writes_are_where_the_env_file_names_them_and_read_back(tmp_path: Path) -> None:
+    from pi_dispatch.worker.egressproxy import egress_plan
+
+    env_file = str(tmp_path / "worker.env")
+    profiles = {"deploy": ["api.example.com", ".cdn.example"], "sealed": "offline"}
+    declared = {f"{PREFIX}name": "mini1", f"{PREFIX}env_file": env_file, f"{PREFIX}egress_profiles": profiles}
+    files = _role_filter("pi_dispatch_egress_profile_files")(profiles, env_file)
+    rendered = _role_filter()(declared, "mini1")
+    (tmp_path / "egress-profiles").mkdir()
+    for file in files:
+        Path(file["path"]).write_text(file["content"])
+    Path(env_file).write_text(rendered)
+    settings = load_settings(Path(env_file))
+    assert set(settings.egress_profiles) == {"deploy", "sealed"}
+    plan = egress_plan(settings)
+    assert [d.written for d in plan.lists["deploy"].destinations] == ["api.example.com", ".cdn.example"]
+    assert plan.lists["sealed"].destinations == () and "offline" in files[1]["content"]
+    assert f"PI_EGRESS_PROFILES=deploy:{tmp_path}/egress-profiles/deploy.conf,sealed:" in rendered
 
 
 def test_the_role_filter_refuses_an_invalid_host_with_the_validators_message() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pi_dispatch.core.egress import DENIED_LOG, parse_allowlist, parse_denied
-from pi_dispatch.infra.squid import ProxyPlace, squid_config
+from pi_dispatch.infra.squid import Listener, ProxyPlace, squid_config
 from tests.support.egress import CEILING_S, Proxy, running_squid, stand_in_internet
 
 pytestmark = [pytest.mark.docker, pytest.mark.squid]
@@ -159,3 +159,24 @@ def test_every_rendered_configuration_is_one_squid_accepts(
     said = parsed.stdout + parsed.stderr
     assert parsed.returncode == 0 and "ERROR" not in said and "FATAL" not in said, said
     assert "is a subnetwork of" not in said, said  # no range that squid widens to every address
+
+
+def test_a_configuration_with_a_listener_per_profile_list_is_one_squid_accepts(
+    squid_binary: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    state = tmp_path_factory.mktemp("listeners")
+    conf = state / "squid.conf"
+    others = [
+        Listener("127.0.0.2", parse_allowlist("registry.example:8443\n.cdn.example\n", "narrow")),
+        Listener("127.0.0.3", parse_allowlist("api.example.com\n", "deploy")),
+    ]
+    text = squid_config(parse_allowlist("api.example.com\n", "host"), ProxyPlace("127.0.0.1", state, 3128), others)
+    conf.write_text(text)
+    parsed = subprocess.run(
+        [squid_binary, "-k", "parse", "-f", str(conf)], capture_output=True, text=True, timeout=60, check=False
+    )
+    said = parsed.stdout + parsed.stderr
+    assert parsed.returncode == 0 and "ERROR" not in said and "FATAL" not in said, said
+    # each list is allowed only on its own port: no rule without its listener's name
+    assert all(line.split()[2].startswith("in") for line in text.splitlines() if line.startswith("http_access allow"))
+    assert text.count("http_port ") == 3 and "http_port 127.0.0.2:3128 name=in1" in text

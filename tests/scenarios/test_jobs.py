@@ -85,6 +85,7 @@ async def test_a_jobs_output_is_followed_from_another_process_and_its_secret_mas
     assert follow.returncode == 0, err
     assert b"tick 3" in out and b"leaked: ***" in out and b"token=***" in out and b"ended at" in err
     assert f"{job_id} attempt 1 on mini1".encode() in out and b"(attempt 1 ended at" in err  # one numbering
+    assert b"bytes of event, offline=1" in out  # the reference's PI_OFFLINE=1, on every job
     await finished_job(queues["pi-jobs@mini1"], job_id)
     shown = cli(fleet, "job", job_id, "--json")
     facts = json.loads(shown.stdout)

@@ -27,7 +27,7 @@ class Clock:
         return self.ms
 
 
-async def no_address(container_id: str) -> str | None:
+async def no_address(container_id: str) -> tuple[str, int | None] | None:
     return None
 
 
@@ -75,6 +75,26 @@ async def test_an_address_an_ended_job_had_names_the_new_job_only_from_its_start
         log.write(line(NOW_MS + 5, "172.30.0.9", "new-job.example"))
     found = await watch.ended("gh-new", None)
     assert [one.host for one in found.kept] == ["new-job.example"]
+
+
+async def test_a_containers_refusals_count_from_when_docker_says_it_started_not_from_when_the_worker_heard(
+    log_path: Path,
+) -> None:
+    """A starved worker hears that a start returned late; the job's first request may be older than that."""
+    clock = Clock()
+
+    async def started_earlier(container_id: str) -> tuple[str, int | None]:
+        return "172.30.0.7", NOW_MS - 300  # Docker's StartedAt: 300 ms before the worker's clock read
+
+    log = DenialLog(log_path)
+    log.start()
+    watch = DenialWatch(log, started_earlier, now_ms=clock)
+    with log_path.open("a") as written:
+        written.write(line(NOW_MS - 301, "172.30.0.7", "before-its-start.example"))  # its address's last holder's
+        written.write(line(NOW_MS - 200, "172.30.0.7", "first-request.example"))
+    await watch.started("gh-quick", "")("c0ffee")
+    found = await watch.ended("gh-quick", None)
+    assert [one.host for one in found.kept] == ["first-request.example"]
 
 
 async def test_a_line_read_before_its_jobs_address_waits_for_it_then_expires(log_path: Path) -> None:

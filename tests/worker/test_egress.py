@@ -24,7 +24,14 @@ from pi_dispatch.worker.jobnetwork import (
     missing_rules,
     stale_proxy_rules,
 )
-from tests.support.egress import GREETING, running_squid, stand_in_internet, tunnel
+from tests.support.egress import (
+    GREETING,
+    HOST_PROGRAMS,
+    running_squid,
+    stand_in_internet,
+    tls_files,
+    tunnel,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.squid, pytest.mark.slow]
 SUBNET = "203.0.113.64/26"  # its own block of the stand-in internet
@@ -134,3 +141,93 @@ def test_a_proxy_rule_left_by_an_earlier_gateway_is_found_and_only_it(egress_net
         assert stale_proxy_rules(bridge, "192.0.2.129") == [] and missing_rules(now) == []
     finally:
         drop_rules(earlier + now)
+
+
+# What a job's programs do with the proxy's variables (`core/egress.proxy_environment`), as each is run by agents:
+# curl, Python's urllib, git over HTTPS and Node's fetch. Node reads them itself with NODE_USE_ENV_PROXY=1 from 22.21
+# and 24; an older Node (this machine's 20) needs undici's EnvHttpProxyAgent installed as its dispatcher, as the
+# reference's runner does.
+FETCH_PY = """
+import ssl, sys, urllib.request
+try:
+    answer = urllib.request.urlopen(sys.argv[1], context=ssl.create_default_context(cafile="/work/ca.pem"), timeout=10)
+    print(answer.read().decode().strip())
+except Exception as error:
+    print("error", error)
+"""
+FETCH_MJS = """
+const [major, minor] = process.versions.node.split(".").map(Number);
+if (!(major >= 24 || (major === 22 && minor >= 21))) {
+  const { EnvHttpProxyAgent, setGlobalDispatcher } = await import("/work/node_modules/undici/index.js");
+  setGlobalDispatcher(new EnvHttpProxyAgent());
+}
+try {
+  const answer = await fetch(process.argv[2]);
+  console.log(answer.status, (await answer.text()).trim());
+} catch (error) {
+  console.log("error", error.cause?.message ?? error.message);
+}
+"""
+
+
+@pytest.mark.node
+def test_curl_python_git_and_node_reach_a_listed_https_name_through_the_proxy_and_only_it(
+    docker_client: Any, job_image: str, squid_binary: str, egress_network: tuple[str, str], tmp_path: Path
+) -> None:
+    import shutil
+
+    from pi_dispatch.core.egress import proxy_environment
+
+    npm = shutil.which("npm")
+    assert npm is not None, "npm is needed (./dev test installs it)"
+    (tmp_path / "work").mkdir()
+    work = tls_files(tmp_path / "work")
+    (work / "fetch.py").write_text(FETCH_PY)
+    (work / "fetch.mjs").write_text(FETCH_MJS)
+    installed = subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(work), "undici@7"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    name, bridge = egress_network
+    ensure_network(docker_client, name, bridge, internal=True)
+    gateway = gateway_of(docker_client, name)
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text(NO_RESOLVER)
+    rules: list[Any] = []
+    clients = {
+        "curl": "curl -sS --cacert /work/ca.pem {url}",
+        "python": "python3 /work/fetch.py {url}",
+        "git": "git -c http.sslCAInfo=/work/ca.pem ls-remote {url}/repo.git",
+        "node": "NODE_EXTRA_CA_CERTS=/work/ca.pem node /work/fetch.mjs {url}",
+    }
+    try:
+        with (
+            stand_in_internet(docker_client, job_image, SUBNET, tls=work) as stand_in,
+            running_squid(squid_binary, stand_in, gateway) as proxy,
+        ):
+            rules = egress_rules_for(bridge, gateway, proxy.port)
+            apply_rules(rules)
+            lines = [
+                f'echo "{client}_{which}=$({command.format(url=url)} 2>&1 | tr "\\t\\n" "  ")"'
+                for client, command in clients.items()
+                for which, url in (("listed", "https://tls.example"), ("unlisted", "https://denied.example"))
+            ]
+            output = docker_client.containers.run(
+                job_image, ["; ".join(lines)], entrypoint=["/bin/busybox", "sh", "-c"], network=name,
+                environment={**proxy_environment(gateway, proxy.port), "HOME": "/tmp"},
+                volumes={
+                    **HOST_PROGRAMS, str(work): {"bind": "/work", "mode": "ro"},
+                    str(resolv): {"bind": "/etc/resolv.conf", "mode": "ro"},
+                },
+                remove=True,
+            )  # fmt: skip
+    finally:
+        drop_rules(rules)
+    seen = dict(line.split("=", 1) for line in output.decode(errors="replace").splitlines() if "=" in line)
+    assert seen["curl_listed"].strip() == GREETING and seen["python_listed"].strip() == GREETING, seen
+    assert seen["node_listed"].strip() == f"200 {GREETING}", seen
+    assert "refs/heads/stand-in" in seen["git_listed"], seen
+    for client in clients:  # each went through the proxy, which refused the unlisted name
+        assert GREETING not in seen[f"{client}_unlisted"] and "refs/heads" not in seen[f"{client}_unlisted"], seen
+    assert all("403" in seen[f"{client}_unlisted"] for client in ("curl", "python", "git")), seen

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,15 @@ import pytest
 import redis.asyncio as aioredis
 from bullmq import Queue
 
-from pi_dispatch.core.egress import PROXY_PORT
+from pi_dispatch.core.egress import PROXY_PORT, parse_allowlist
+from pi_dispatch.core.egressprofiles import EgressNetwork as ProfileNetwork
 from pi_dispatch.core.keys import host_row_key
 from pi_dispatch.core.names import record_stem
 from pi_dispatch.core.reasons import Reason
-from pi_dispatch.testing.jobs import forge_job
+from pi_dispatch.infra.squid import Listener
+from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
 from pi_dispatch.worker.egressgate import EgressDown, EgressGate
+from pi_dispatch.worker.egressproxy import egress_plan
 from pi_dispatch.worker.history import read_attempt_records
 from tests.support.egress import (
     GREETING,
@@ -155,10 +159,70 @@ async def test_a_host_whose_proxy_does_not_answer_holds_its_jobs_unspent_then_ru
 async def test_a_missing_or_open_network_is_the_hosts_fault_named_with_its_fix(
     docker_client: Any, tmp_path: Path
 ) -> None:
-    missing = EgressGate(docker_client, "pi-egress-never-made", tmp_path / "resolv.conf")
+    missing = EgressGate(docker_client, ("pi-egress-never-made",), tmp_path / "resolv.conf")
     with pytest.raises(EgressDown, match=f"^{Reason.EGRESS_PROXY_MISSING}: no Docker network pi-egress-never-made"):
-        await missing.way()
-    open_network = EgressGate(docker_client, "bridge", tmp_path / "resolv.conf")  # reaches past any proxy
+        await missing.way("pi-egress-never-made")
+    open_network = EgressGate(docker_client, ("bridge",), tmp_path / "resolv.conf")  # reaches past any proxy
     fault = await open_network.fault()
     assert fault is not None and fault.startswith(Reason.EGRESS_PROXY_MISSING) and "not internal" in fault
     assert str(tmp_path) not in fault  # names only
+
+
+async def test_a_profiles_own_list_is_its_jobs_way_out_an_empty_one_no_network_and_differing_ones_a_refusal(
+    tmp_path: Path,
+    valkey_url: str,
+    job_image: str,
+    squid_binary: str,
+    docker_client: Any,
+    network: EgressNetwork,
+    stand_in: StandIn,
+    queue: Queue,
+) -> None:
+    # `narrow` reaches the wide.example names only (a name of the test's own makes its list, so its network, unique);
+    # `sealed` lists nothing: offline
+    narrow = parse_allowlist(f".wide.example\nt{uuid.uuid4().hex[:8]}.example\n", "test")
+    (tmp_path / "narrow.conf").write_text("".join(f"{d.written}\n" for d in narrow.destinations))
+    (tmp_path / "sealed.conf").write_text("# offline\n")
+    resolver = write_script(tmp_path / "resolver", RESOLVER)
+    check = write_script(tmp_path / "check", "#!/bin/sh\nexit 0\n")
+    profiles = {
+        "PI_SECRET_PROFILES": f"narrow:{resolver},sealed:{resolver}",
+        "PI_WAIT_PROFILES": f"sealed:{check}",
+        "PI_EGRESS_PROFILES": f"narrow:{tmp_path}/narrow.conf,sealed:{tmp_path}/sealed.conf",
+    }
+    own = ProfileNetwork.of(narrow)
+    jobs = {
+        "gh-host-list": ({}, "allowed.example"),  # the host's list
+        "gh-narrow-in": ({"secretsProfile": "narrow"}, "wide.example"),
+        "gh-narrow-out": ({"secretsProfile": "narrow"}, "allowed.example"),  # on the host's list, not on its own
+        "gh-sealed": ({"secretsProfile": "sealed"}, "allowed.example"),
+    }
+    differ = {"secretsProfile": "narrow", "waitFor": [{"profile": "sealed"}]}
+    with (
+        egress_network(docker_client, own.name, own.bridge) as narrow_network,
+        running_squid(
+            squid_binary, stand_in, network.gateway, port=PROXY_PORT, others=[Listener(narrow_network.gateway, narrow)]
+        ) as proxy,
+    ):
+        settings = settings_of(egress_env(tmp_path, valkey_url, job_image, network, proxy.state) | profiles)
+        plan = egress_plan(settings)
+        assert plan.networks() == (own,) and plan.network_names() == (network.name, own.name)
+        async with running_worker(settings, egress_plan=plan) as w:
+            for number, (job_id, (fields, name)) in enumerate(jobs.items()):
+                job = forge_job(number, trigger={"demoFetch": f"http://{name}/"}, **fields)
+                await queue.add("github", job, {"jobId": job_id})
+            await queue.add("github", forge_job(9, **differ), {"jobId": "gh-differ"})
+            ended = {job_id: await finished_job(queue, job_id) for job_id in [*jobs, "gh-differ"]}
+            said = {job_id: output_of(w, job_id) for job_id in jobs}
+            records = {job_id: read_attempt_records(w.worker.settings.logs_dir, job_id)[-1] for job_id in jobs}
+    assert all(ended[job_id].returnvalue["outcome"] == "completed" for job_id in jobs), ended
+    assert ended["gh-differ"].returnvalue == {"outcome": "policy", "reason": Reason.EGRESS_PROFILES_DIFFER} | {
+        key: value for key, value in ended["gh-differ"].returnvalue.items() if key not in ("outcome", "reason")
+    }  # refused before any spend: no container, no record of a run
+    assert f"fetched http://allowed.example/: {GREETING}" in said["gh-host-list"], said
+    assert f"fetched http://wide.example/: {GREETING}" in said["gh-narrow-in"], said
+    assert "fetch refused" in said["gh-narrow-out"] and "403" in said["gh-narrow-out"], said
+    assert records["gh-narrow-out"]["egressRefused"]["first"][0]["host"] == "allowed.example", records
+    # offline: no proxy named to it and no network to reach one; nothing for the proxy to refuse
+    assert "fetch refused" in said["gh-sealed"] and GREETING not in said["gh-sealed"], said
+    assert records["gh-sealed"].get("egressRefused") in (None, {"count": 0, "first": []}), records

@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 
-from pi_dispatch.core.egress import ALLOWLIST_FILE, DENIED_LOG, PROXY_PORT
+from pi_dispatch.core.egress import ALLOWLIST_FILE, DENIED_LOG, PROXY_PORT, parse_allowlist
+from pi_dispatch.core.egressprofiles import EgressNetwork
+from pi_dispatch.worker.egressproxy import OWNER_LABEL, owner_mark
 from pi_dispatch.worker.jobnetwork import NO_RESOLVER, drop_rules, egress_rules_for, gateway_of
 from tests.support.egress import GREETING, stand_in_internet, until_listening
 from tests.support.helpers import run_cli
@@ -41,6 +43,10 @@ def place(docker_client: Any) -> Iterator[list[str]]:
     try:
         yield arguments
     finally:
+        mark = f"{OWNER_LABEL}={owner_mark(Path(arguments[5]))}"
+        for network in docker_client.networks.list(filters={"label": mark}):  # a profile's, if the test failed
+            with contextlib.suppress(Exception):
+                network.remove()
         state.cleanup()
         for network in docker_client.networks.list(names=[name]):
             with contextlib.suppress(Exception):
@@ -54,30 +60,46 @@ def test_the_proxy_command_sets_up_egress_and_becomes_squid(
     docker_client: Any, job_image: str, squid_binary: str, place: list[str], tmp_path: Path
 ) -> None:
     env_file = tmp_path / "worker.env"
-    env_file.write_text("PI_CONCURRENCY=1\n")
     name = place[1]
     with stand_in_internet(docker_client, job_image, SUBNET) as stand_in:
         (tmp_path / ALLOWLIST_FILE).write_text(f"# the stand-in's allowed server\n{stand_in.allowed}\n")
+        # a profile's own list, the other server only (a name of the test's own makes its network unique)
+        narrow = f"{stand_in.denied}\nt{secrets.token_hex(4)}.example\n"
+        (tmp_path / "narrow.conf").write_text(narrow)
+        env_file.write_text(f"PI_CONCURRENCY=1\nPI_EGRESS_PROFILES=narrow:{tmp_path}/narrow.conf\n")
+        own = EgressNetwork.of(parse_allowlist(narrow, "test"))
         assert run_cli("egress-proxy", *place, "--check").returncode == 1  # nothing up yet
-        proxy = subprocess.Popen(
-            [sys.executable, "-m", "pi_dispatch", "egress-proxy", "--env-file", str(env_file), *place,
-             "--log-group", "nogroup"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        proxy = _proxy(env_file, place)
         try:
             gateway = _gateway_once_made(docker_client, name, proxy)
             _until_serving(gateway, proxy)
-            checked = run_cli("egress-proxy", *place, "--check")
+            checked = run_cli("egress-proxy", "--env-file", str(env_file), *place, "--check")
             assert checked.returncode == 0, checked.stdout
             resolv = tmp_path / "resolv.conf"
             resolv.write_text(NO_RESOLVER)
             seen = _through(docker_client, job_image, name, resolv, gateway, [stand_in.allowed, stand_in.denied])
+            profile_gateway = gateway_of(docker_client, own.name)
+            targets = [stand_in.allowed, stand_in.denied]
+            seen_by_profile = _through(docker_client, job_image, own.name, resolv, profile_gateway, targets)
         finally:
             proxy.send_signal(signal.SIGTERM)  # squid itself, in the command's place
             said = proxy.communicate(timeout=60)[0].decode(errors="replace")
-    assert "destinations allowed; squid starts" in said, said
+        # the list no longer declared: its network goes at the proxy's next start
+        env_file.write_text("PI_CONCURRENCY=1\n")
+        again = _proxy(env_file, place)
+        try:
+            _until_serving(gateway, again)
+            kept = [network.name for network in docker_client.networks.list(names=[own.name])]
+        finally:
+            again.send_signal(signal.SIGTERM)
+            again.communicate(timeout=60)
+    assert "destinations allowed, 1 profile lists; squid starts" in said, said
     assert "200" in seen[0] and GREETING in seen[0], seen
     assert "403" in seen[1] and GREETING not in seen[1], seen
+    # on the profile's network, its own list: the other way round
+    assert "403" in seen_by_profile[0] and GREETING not in seen_by_profile[0], seen_by_profile
+    assert "200" in seen_by_profile[1] and GREETING in seen_by_profile[1], seen_by_profile
+    assert kept == [], kept
     gone = run_cli("egress-proxy", *place, "--check")
     assert gone.returncode == 1 and "missing: the proxy" in gone.stdout, gone.stdout
     # squid's user writes the refusal log; the worker's group (--log-group) reads it, no one else
@@ -98,6 +120,14 @@ def test_a_bad_allowlist_is_refused_by_line_with_exit_2(place: list[str], tmp_pa
     (tmp_path / ALLOWLIST_FILE).unlink()
     missing = run_cli("egress-proxy", "--env-file", str(env_file), *place)
     assert missing.returncode == 2 and "PI_EGRESS_ALLOWLIST_FILE" in missing.stderr, missing.stderr
+
+
+def _proxy(env_file: Path, place: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pi_dispatch", "egress-proxy", "--env-file", str(env_file), *place,
+         "--log-group", "nogroup"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
 
 
 def _gateway_once_made(client: Any, name: str, proxy: subprocess.Popen[bytes]) -> str:

@@ -41,15 +41,29 @@ def pi_dispatch_worker_triggers_path(env_file: str) -> str:
     return triggers_beside(env_file)
 
 
-def pi_dispatch_egress_allowlist(entries: list[str]) -> str:
+def pi_dispatch_egress_allowlist(entries: list[str], source: str = "pi_dispatch_worker_egress_allowlist") -> str:
     """The egress allowlist file of the inventory's entries, refused naming each bad entry."""
     from pi_dispatch.core.egress import allowlist_text
     from pi_dispatch.core.errors import ConfigError
 
     try:
-        return allowlist_text(list(entries), "pi_dispatch_worker_egress_allowlist")
+        return allowlist_text(entries, source)
     except ConfigError as error:
         raise AnsibleFilterError(f"the inventory declares an invalid egress allowlist\n{error}") from error
+
+
+def pi_dispatch_egress_profile_files(profiles: dict[str, Any], env_file: str) -> list[dict[str, str]]:
+    """Each profile's allowlist file: its profile, where it goes (as PI_EGRESS_PROFILES names it) and its text."""
+    from pi_dispatch.config.hostvars import installed_egress_profiles
+
+    paths = installed_egress_profiles(
+        {"pi_dispatch_worker_egress_profiles": profiles, "pi_dispatch_worker_env_file": env_file}
+    )
+    source = "pi_dispatch_worker_egress_profiles.{}"
+    return [
+        {"name": name, "path": path, "content": pi_dispatch_egress_allowlist(profiles[name], source.format(name))}
+        for name, path in paths.items()
+    ]
 
 
 class FilterModule:
@@ -59,4 +73,5 @@ class FilterModule:
             "pi_dispatch_env_changes": pi_dispatch_env_changes,
             "pi_dispatch_worker_triggers_path": pi_dispatch_worker_triggers_path,
             "pi_dispatch_egress_allowlist": pi_dispatch_egress_allowlist,
+            "pi_dispatch_egress_profile_files": pi_dispatch_egress_profile_files,
         }
