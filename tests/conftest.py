@@ -137,6 +137,19 @@ def squid_binary() -> str:
 
 
 @pytest.fixture(scope="session")
+def gvisor(docker_client: Any) -> str:
+    """gVisor's runsc, registered with the Docker daemon as the runsc runtime; `./dev test` installs and registers
+    it."""
+    from pi_dispatch.core.runtimes import RUNSC
+
+    if RUNSC not in (docker_client.info().get("Runtimes") or {}):
+        pytest.fail(
+            "no runsc runtime in Docker: `./dev test` installs gVisor's and registers it (apt-get install runsc)"
+        )
+    return RUNSC
+
+
+@pytest.fixture(scope="session")
 def seed_diff() -> Path:
     if not SEED_DIFF.is_file():
         pytest.fail(f"the reference change is missing at {SEED_DIFF}; set SHARED_DIR to the shared/ folder")
@@ -149,6 +162,7 @@ SERVICE_FIXTURES = {
     "docker": {"docker_client", "job_image"},
     "node": {"seed_diff"},
     "squid": {"squid_binary"},
+    "gvisor": {"gvisor"},
 }
 
 

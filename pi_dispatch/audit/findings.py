@@ -71,6 +71,14 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         "warning",
         "an allowlist's .suffix entry covers a public suffix (github.io): anyone may receive what a job sends there",
     ),
+    "runtime-missing": (
+        "warning",
+        "a live host's row does not list a runtime its inventory says its jobs need (runsc): its boot canary failed",
+    ),
+    "runsc-profile-unserved": (
+        "error",
+        "a profile's jobs run under runsc, and no live host both serves the profile and can run runsc",
+    ),
     "host-draining": (
         "info",
         "an operator drains this host (pi-dispatch drain): it finishes what it runs and takes nothing new",

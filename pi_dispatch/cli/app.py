@@ -23,7 +23,7 @@ from pi_dispatch.cli.jobs import enqueue, route
 from pi_dispatch.cli.receiver import init, receiver_app
 from pi_dispatch.cli.rollout import rollout_app
 from pi_dispatch.cli.steer import cancel, drain, resume, retry
-from pi_dispatch.cli.worker import egress_proxy, job_network, worker
+from pi_dispatch.cli.worker import egress_proxy, job_network, runtime_reap, worker
 from pi_dispatch.core.errors import ConfigError, ExitStatus, PiDispatchError
 
 app = typer.Typer(
@@ -58,6 +58,7 @@ app.command()(demo)
 app.command()(worker)
 app.command("job-network")(job_network)
 app.command("egress-proxy")(egress_proxy)
+app.command("runtime-reap")(runtime_reap)
 app.add_typer(receiver_app, name="receiver")
 app.add_typer(rollout_app, name="rollout")
 app.command("init")(init)
@@ -91,6 +92,7 @@ EXAMPLES: Final = {
     ("worker",): "pi-dispatch worker --env-file /etc/pi-dispatch/worker.env",
     ("job-network",): "pi-dispatch job-network --deny 203.0.113.7 --check",
     ("egress-proxy",): "pi-dispatch egress-proxy --env-file /etc/pi-dispatch/worker.env --check",
+    ("runtime-reap",): "pi-dispatch runtime-reap",
     ("receiver", "serve"): "pi-dispatch receiver serve --env-file /etc/pi-dispatch/receiver.env",
     ("receiver", "check"): "pi-dispatch receiver check --env-file /etc/pi-dispatch/receiver.env --json",
     ("rollout", "in-flight"): "pi-dispatch rollout in-flight -i inventory.example/ --host mini1",

@@ -1,6 +1,7 @@
 """`pi-dispatch worker`: this host's worker, until SIGTERM (its run is `worker/entry.py`); `pi-dispatch job-network`:
 the network its jobs join, kept off the host and the LAN (`worker/jobnetwork.py`); `pi-dispatch egress-proxy`: the
-proxy that is their one way out when egress is on (`worker/egressproxy.py`)."""
+proxy that is their one way out when egress is on (`worker/egressproxy.py`); `pi-dispatch runtime-reap`: what a
+failed runsc start left behind (`worker/runtimereap.py`)."""
 
 from __future__ import annotations
 
@@ -152,6 +153,28 @@ def egress_proxy(
         f"egress proxy: {len(allowlist.destinations)} destinations allowed{lists}; squid starts", highlight=False
     )
     run_squid(conf)
+
+
+def runtime_reap() -> None:
+    """Remove what a failed runsc (gVisor) start left behind, which Docker no longer knows: the containerd container,
+    its shim and gVisor's sandbox (as root, as the worker's unit runs it before each start). Exit 1 when containerd
+    or Docker cannot be asked."""
+    import subprocess
+
+    import docker
+
+    from pi_dispatch.cli.common import console
+    from pi_dispatch.worker.runtimereap import ReapError, reap_runsc
+
+    client = _docker_or_exit("runtime reap")
+    try:
+        found = reap_runsc(lambda: {c.id for c in client.containers.list(all=True, sparse=True)}, subprocess.run)
+    except (ReapError, docker.errors.DockerException, OSError) as error:
+        console.print(f"runtime reap: {error}", highlight=False, markup=False)
+        raise typer.Exit(1) from None
+    finally:
+        client.close()
+    console.print(f"runtime reap: {len(found)} left by a failed runsc start removed", highlight=False)
 
 
 def _docker_or_exit(what: str) -> Any:

@@ -21,7 +21,7 @@ from pi_dispatch.config.forms import ProfilesForm, TextForm
 from pi_dispatch.config.kinds import field_problems, form_of
 from pi_dispatch.config.rolevars import PREFIX, RoleVars, host_forms, host_variable
 from pi_dispatch.config.schemas import problems
-from pi_dispatch.config.worker_settings import check_worker_env, fields_by_variable
+from pi_dispatch.config.worker_variables import check_worker_env, fields_by_variable
 from pi_dispatch.core.errors import ConfigError, Problem
 from pi_dispatch.core.names import PROFILE_NAME_RE
 from pi_dispatch.core.profiles import ABSOLUTE_SCRIPT, MAX_PROFILES

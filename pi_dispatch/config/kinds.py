@@ -37,6 +37,7 @@ from pi_dispatch.core.egress import egress_armed
 from pi_dispatch.core.errors import Problem
 from pi_dispatch.core.names import (
     IMAGE_REFERENCE_RE,
+    PROFILE_NAME_RE,
     RESERVED_TAIL_RE,
     WORKER_NAME_RE,
     worker_name_problem,
@@ -45,6 +46,7 @@ from pi_dispatch.core.profiles import (
     ProfileKind,
     parse_profiles,
 )
+from pi_dispatch.core.runtimes import RUNTIME_NAME_RE
 
 X_FIX: Final = "x-fix"
 X_HOST_VAR: Final = "x-host-var"
@@ -162,6 +164,8 @@ _USER = TextForm(
 # an empty address turns the listener off, so empty is a value here, not "the default"
 _METRICS = TextForm(pattern=f"|{HOST_PORT}", what="host:port, or empty for none")
 _NETWORK = TextForm(pattern=r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", what="a Docker network name", blank_is_default=True)
+_RUNTIME = TextForm(pattern=RUNTIME_NAME_RE.pattern, what="a Docker runtime name", blank_is_default=True)
+_NAMES = ListForm(item=PROFILE_NAME_RE.pattern, what="profile names")
 
 Whole = Annotated[int, BeforeValidator(_whole), WholeForm()]
 WholeMs = Annotated[int, BeforeValidator(_whole), WholeForm(unit=" of milliseconds")]
@@ -198,6 +202,8 @@ ImageReference = Annotated[str, matching(_IMAGE), _IMAGE]
 Zone = Annotated[str | None, matching(_ZONE), _ZONE]
 JobNetwork = Annotated[str | None, matching(_NETWORK), _NETWORK]
 ImageList = Annotated[tuple[str, ...], NoDecode, _items(_IMAGES), _IMAGES]
+JobRuntime = Annotated[str | None, matching(_RUNTIME), _RUNTIME]
+ProfileNames = Annotated[tuple[str, ...], NoDecode, _items(_NAMES), _NAMES]
 ContainerUser = Annotated[str | None, matching(_USER), _USER]
 ListenAddress = Annotated[str, matching(_METRICS), _METRICS]
 

@@ -216,6 +216,23 @@ class RoleVars(BaseModel):
         "run the egress proxy's unit (on by default with PI_EGRESS on); false where the proxy runs elsewhere.",
         "true or false",
     )
+    gvisor: Switch = role_var(
+        "gvisor",
+        "install gVisor's runsc and register it with Docker as the runsc runtime (for pi_dispatch_worker_job_runtime "
+        "or pi_dispatch_worker_runsc_profiles); the worker tries it at boot with a canary.",
+        "true or false",
+    )
+    gvisor_source: Text = role_var(
+        "gvisor_source",
+        "where runsc comes from: gvisor (its own apt repository, a current release; the default) or debian (Debian's "
+        "package, older).",
+        "gvisor or debian",
+    )
+    gvisor_flags: Text = role_var(
+        "gvisor_flags",
+        "runsc's flags in Docker's runtime entry (daemon.json runtimeArgs), space separated.",
+        "flags such as --network=host --platform=systrap, or empty",
+    )
     docker_proxy: Switch = role_var(
         "docker_proxy",
         "reach Docker through a socket proxy that passes only the worker's calls, instead of the docker group.",

@@ -15,10 +15,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from pydantic import PrivateAttr, field_validator
-from pydantic.fields import FieldInfo
 from pydantic_settings import PydanticBaseSettingsSource
 
-from pi_dispatch.config.declaration import ENV_ONLY, MS, DeclaredSettings, check_env, load_declared, setting, unbounded
+from pi_dispatch.config.declaration import ENV_ONLY, MS, DeclaredSettings, load_declared, setting, unbounded
 from pi_dispatch.config.kinds import (
     PRIMARY_NAME_HELP,
     SENTINEL_PASSWORD_HELP,
@@ -32,9 +31,11 @@ from pi_dispatch.config.kinds import (
     ImageList,
     ImageReference,
     JobNetwork,
+    JobRuntime,
     ListenAddress,
     Password,
     PrimaryName,
+    ProfileNames,
     SecretProfiles,
     Sentinels,
     Switch,
@@ -45,9 +46,8 @@ from pi_dispatch.config.kinds import (
     WorkerName,
     Zone,
 )
-from pi_dispatch.config.sources import ENVIRONMENT, HostFacts, MachineDefaults
+from pi_dispatch.config.sources import HostFacts, MachineDefaults
 from pi_dispatch.core.egress import EGRESS_NETWORK, PROXY_STATE_DIR
-from pi_dispatch.core.errors import Problem
 from pi_dispatch.core.jscompat import DAY_MS
 from pi_dispatch.core.rehoming import REHOME_AFTER_MS, REHOME_FLOOR_MS
 from pi_dispatch.core.waits import WAIT_INTERVAL_FLOOR_MS
@@ -173,6 +173,20 @@ class WorkerSettings(DeclaredSettings):
         False,
         "1 runs job containers with a read-only root filesystem (a private /tmp stays writable).",
         "1 for a read-only root filesystem, 0 or empty not to; true or false in the inventory",
+    )
+    job_runtime: JobRuntime = setting(
+        "PI_JOB_RUNTIME",
+        None,
+        "The Docker runtime every job container runs under, such as runsc (gVisor), checked at boot with a canary: "
+        "a host whose runtime fails it takes no job. Empty: the daemon's default (runc).",
+        "a runtime registered with the Docker daemon, such as runsc, or empty for its default",
+    )
+    runsc_profiles: ProfileNames = setting(
+        "PI_RUNSC_PROFILES",
+        (),
+        "Profiles whose jobs run under runsc (gVisor) whatever PI_JOB_RUNTIME says, comma separated; this host "
+        "serves them (advertises them for routing) only while runsc passes its boot canary.",
+        "profile names separated by commas, such as deploy,untrusted",
     )
     job_log_mb: Whole = setting(
         "PI_JOB_LOG_MB",
@@ -366,20 +380,6 @@ class WorkerSettings(DeclaredSettings):
     @classmethod
     def machine_defaults(cls, facts: HostFacts) -> PydanticBaseSettingsSource | None:
         return MachineDefaults(cls, facts)
-
-
-def fields_by_variable() -> dict[str, tuple[str, FieldInfo]]:
-    """Every setting by its env variable, in declaration order: (field name, field)."""
-    return {str(info.validation_alias): (name, info) for name, info in WorkerSettings.model_fields.items()}
-
-
-def variables() -> tuple[str, ...]:
-    """Every variable the worker reads, in the order the env file lists them."""
-    return tuple(fields_by_variable())
-
-
-def check_worker_env(raw: Mapping[str, str], source: str = ENVIRONMENT) -> list[Problem]:
-    return check_env(WorkerSettings, raw, source)
 
 
 def load_settings(

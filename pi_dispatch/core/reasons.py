@@ -45,6 +45,8 @@ class Reason(StrEnum):
     EGRESS_PROFILES_DIFFER = "egress-profiles-differ"
     # the job's container
     JOB_IMAGE_MISSING = "job-image-missing"
+    # this port's own: the job binds a profile whose runtime (runsc) failed this host's boot canary, never retried
+    JOB_RUNTIME_UNAVAILABLE = "job-runtime-unavailable"
     # this port's own: an image the host does not allow (PI_ALLOWED_IMAGES), a job larger or deeper than allowed
     JOB_IMAGE_NOT_ALLOWED = "job-image-not-allowed"
     JOB_TOO_LARGE = "job-too-large"

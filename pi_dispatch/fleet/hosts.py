@@ -9,7 +9,7 @@ and `audit --live` show it. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -17,6 +17,7 @@ from pi_dispatch import __version__
 from pi_dispatch.core.capabilities import capability_tokens, is_live, parse_caps, serialize_caps
 from pi_dispatch.core.jscompat import finite, js_number, js_sorted
 from pi_dispatch.core.names import worker_name_of
+from pi_dispatch.core.runtimes import ROW_FIELD
 
 if TYPE_CHECKING:  # the operator's readers of rows need neither the settings nor the inventory models loaded
     from pi_dispatch.config.hostvars import InventoryHost
@@ -73,6 +74,7 @@ def heartbeat_row(
     concurrency: int | None = None,
     pid: int | None = None,
     tz: str = "",
+    runtimes: Iterable[str] = (),
 ) -> dict[str, str]:
     """The fields a host's beat publishes besides `name`, `beatAt` and `startedAt` (the registry stamps those)."""
     return {
@@ -87,6 +89,7 @@ def heartbeat_row(
         "tz": tz,
         "fpCron": NOT_YET["fpCron"],
         "cronCount": NOT_YET["cronCount"],
+        ROW_FIELD: ",".join(sorted(runtimes)),  # this port's: the runtimes besides Docker's default it can run
     }
 
 

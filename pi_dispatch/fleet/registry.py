@@ -21,6 +21,7 @@ from pi_dispatch.core.capabilities import CAP_SECRET, CAP_WAIT, ROUTE_FRESH_MS
 from pi_dispatch.core.jscompat import finite, js_number, js_sorted, js_string, utf16_key
 from pi_dispatch.core.keys import HOST_LIVE, REHOME_SILENT, host_row_key
 from pi_dispatch.core.names import PROFILE_NAME_RE, WORKER_NAME_RE, worker_name_problem
+from pi_dispatch.core.runtimes import ROW_FIELD, RUNTIME_NAME_RE
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog, discard, failure_fields
 from pi_dispatch.infra.valkey import (
@@ -332,12 +333,14 @@ async def beating(
 
 
 _TOKEN: Final = f"[{CAP_SECRET}{CAP_WAIT}]:{PROFILE_NAME_RE.pattern}"
+_RUNTIME: Final = RUNTIME_NAME_RE.pattern
 _ROW_SHAPES: Final = {
     "name": WORKER_NAME_RE,
     "beatAt": re.compile(r"[0-9]{1,16}"),
     "startedAt": re.compile(r"[0-9]{1,16}"),
     "routes": re.compile(r"true|false"),
     "caps": re.compile(rf"(?:{_TOKEN}(?:,{_TOKEN})*)?"),
+    ROW_FIELD: re.compile(rf"(?:{_RUNTIME}(?:,{_RUNTIME})*)?"),
     "concurrency": re.compile(r"[0-9]*"),
     "pid": re.compile(r"[0-9]*"),
 }

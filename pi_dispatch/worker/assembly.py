@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pi_dispatch.core.egress import DENIED_LOG, proxy_state_dir
 from pi_dispatch.core.egressprofiles import EgressPlan
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
+from pi_dispatch.core.runtimes import RuntimeChoice
 from pi_dispatch.fleet.jobhistory import JobHistory
 from pi_dispatch.fleet.mirror import RunMirror, mirror_window_ms
 from pi_dispatch.fleet.registry import HOST_BEAT_MS, HostRegistry
@@ -82,6 +83,7 @@ def assemble(
     jitter: Callable[[], float],
     beat_ms: int | None = None,
     egress_plan: EgressPlan | None = None,
+    runtimes: tuple[RuntimeChoice, str | None] = (RuntimeChoice(), None),
 ) -> Parts:
     """The parts, each made with what it needs."""
     store, client, clock = connection
@@ -101,8 +103,10 @@ def assemble(
         refusal_log = DenialLog(proxy_state_dir(settings.egress_state_dir) / DENIED_LOG)
         refusal_log.start()  # what it holds already is no running job's
         denials = DenialWatch(refusal_log, egress.address, log=log)
+    choice, runtime_fault = runtimes  # as the boot canary found them (`canary.py`)
     health = HostHealth(
-        settings.jobs_dir, settings.logs_dir, settings.job_image, runtime, log, changed=registry.publish, egress=egress
+        settings.jobs_dir, settings.logs_dir, settings.job_image, runtime, log, changed=registry.publish, egress=egress,
+        runtime_fault=runtime_fault,
     )  # fmt: skip
     outputs = None
     if settings.capture_job_logs:
@@ -112,7 +116,7 @@ def assemble(
     attempts = Attempts(
         settings, runtime, client, recorder, WaitGate(settings, client, now, jitter, log), now, log,
         metrics=metrics, one_shots=OneShots(settings.triggers_file, log), outputs=outputs, health=health,
-        primary=primary, egress=egress, egress_plan=plan, denials=denials,
+        primary=primary, egress=egress, egress_plan=plan, runtimes=choice, denials=denials,
     )  # fmt: skip
     rehomer = Rehomer(
         client, store, settings.rehome_after_ms, settings.lock_duration_ms, log, now,

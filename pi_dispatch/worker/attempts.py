@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from redis.exceptions import RedisError
 
-from pi_dispatch.core.capabilities import capability_tokens, job_needs
+from pi_dispatch.core.capabilities import job_needs
 from pi_dispatch.core.egress import PROXY_VARIABLES
-from pi_dispatch.core.egressprofiles import OFFLINE_NETWORK, EgressPlan, ProfilesDiffer
+from pi_dispatch.core.egressprofiles import OFFLINE_NETWORK, EgressPlan
 from pi_dispatch.core.jobbounds import job_refusal
 from pi_dispatch.core.jobs import CONTAINER_VARIABLES, QueuedJob
 from pi_dispatch.core.jscompat import iso_string
@@ -32,6 +32,7 @@ from pi_dispatch.core.keys import bull_key
 from pi_dispatch.core.names import IMAGE_REFERENCE_RE
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.core.records import build_record
+from pi_dispatch.core.runtimes import RuntimeChoice
 from pi_dispatch.fleet.control import cancelled_of
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.store import PrimaryCheck
@@ -49,6 +50,7 @@ from pi_dispatch.worker.fencing import LockFence
 from pi_dispatch.worker.history import RunRecorder
 from pi_dispatch.worker.hosthealth import HostHealth, unwritable
 from pi_dispatch.worker.jobdirs import write_job_dir
+from pi_dispatch.worker.jobplace import JobPlace
 from pi_dispatch.worker.jobspec import Launch, attempts_made, container_spec
 from pi_dispatch.worker.metrics import WorkerMetrics
 from pi_dispatch.worker.oneshot import OneShots
@@ -95,19 +97,21 @@ class Attempts:
     primary: PrimaryCheck | None = None  # a replicated store: a take counts once the named primary holds its lock
     egress: EgressGate | None = None  # PI_EGRESS on: a job's one way out is the proxy this gate finds
     egress_plan: EgressPlan | None = None  # the network each job joins by its profiles; None: PI_JOB_NETWORK's
+    runtimes: RuntimeChoice = field(default_factory=RuntimeChoice)  # the runtime each job runs under, once tried
     denials: DenialWatch | None = None  # with egress on: the proxy's refusals, attached to the attempts refused
     refused: dict[str, Refusals] = field(default_factory=dict)  # job id -> its attempt's refusals, until recorded
 
     def __post_init__(self) -> None:
         settings = self.settings
         self.name = settings.worker_name
-        self.capabilities = frozenset(capability_tokens(settings.secret_profiles, settings.wait_profiles))
-        self.plan = self.egress_plan or EgressPlan(settings.jobs_network)
         # with egress on, a resolver may not name the proxy either: the job's way out is the host's to say
         reserved = CONTAINER_VARIABLES | (set(PROXY_VARIABLES) if self.egress is not None else set())
         self.secrets = SecretsGate(
             settings.secret_profiles, timeout_s=settings.secret_resolve_timeout_ms / 1000, reserved=reserved
         )
+        plan = self.egress_plan or EgressPlan(settings.jobs_network)
+        self.place = JobPlace(self.secrets, settings.secret_profiles, settings.wait_profiles, plan, self.runtimes)
+        self.capabilities = self.place.capabilities  # what needs a runtime that failed its canary is not served
 
     def abort_all(self) -> None:
         """Stop every running container, each after the drain's grace; a container started later stops at once."""
@@ -213,9 +217,10 @@ class Attempts:
             return self._refused(job, Refusal(bound))
         if refused := self.secrets.refusal(data):
             return self._refused(job, refused)
-        network = self._network(data)
-        if isinstance(network, Refusal):
-            return self._refused(job, network)
+        decided = self.place.decide(data)
+        if isinstance(decided, Refusal):
+            return self._refused(job, decided)
+        network, runtime = decided
         image = self._image(data)
         if isinstance(image, Refusal):
             return self._refused(job, image)
@@ -232,24 +237,13 @@ class Attempts:
         if isinstance(secrets, Refusal):
             return self._refused(job, secrets)
         fence = LockFence(self.client, queue, str(job.id), token, self.settings.lock_duration_ms)
-        return await self._run_container(job, Launch(image, secrets, way, network), data, fence)
+        return await self._run_container(job, Launch(image, secrets, way, network, runtime), data, fence)
 
     def _host_fault(self, reason: str) -> NoReturn:
         """A cause on this host's side: the host is marked unhealthy and the job goes back, its attempt unspent."""
         if self.health is not None:
             self.health.fault(reason)
         raise PutBack
-
-    def _network(self, data: Mapping[str, Any]) -> str | Refusal | None:
-        """The network the job joins, as this host decides it from the profiles the job binds (`egressprofiles.py`);
-        profiles whose egress differs refuse it."""
-        bound = {need.partition(":")[2] for need in job_needs(data)}
-        if (secret := self.secrets.bound_profile(data)) is not None:
-            bound.add(secret)
-        network = self.plan.network_for(bound)
-        if isinstance(network, ProfilesDiffer):
-            return Refusal(Reason.EGRESS_PROFILES_DIFFER, ",".join(network.profiles))
-        return network
 
     async def _egress_way(self, network: str | None) -> EgressWay | None:
         """With egress on, the job's way out on its network; none is the host's fault (the job goes back, unspent).
@@ -277,7 +271,7 @@ class Attempts:
         """Whether this host would refuse the job before spending anything: what a steal never takes."""
         if not isinstance(data, Mapping) or job_refusal(data) or self.secrets.refusal(data):
             return True
-        if isinstance(self._network(data), Refusal):
+        if isinstance(self.place.decide(data), Refusal):
             return True
         if not self.capabilities.issuperset(job_needs(data)):
             return True

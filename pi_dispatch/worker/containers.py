@@ -90,6 +90,7 @@ class ContainerSpec:
     log_mb: int = 10
     docker_log: bool = True  # False when the worker keeps the output itself: Docker then keeps no second copy
     resolver: Path | None = None  # a file to be the job's /etc/resolv.conf (egress: one naming no resolver)
+    runtime: str | None = None  # the OCI runtime (runsc: gVisor); the daemon's default when None
 
 
 @dataclass
@@ -238,7 +239,7 @@ class ContainerRuntime:
             log_config=_log_config(spec),
             read_only=spec.read_only,
             tmpfs={"/tmp": "rw,nosuid,nodev,size=256m"} if spec.read_only else None,  # noqa: S108 - in the container
-            **({"user": spec.user} if spec.user else {}),
+            **({"user": spec.user} if spec.user else {}) | ({"runtime": spec.runtime} if spec.runtime else {}),
             volumes={
                 str(spec.job_dir): {"bind": "/job", "mode": "ro"},
                 **({str(spec.resolver): {"bind": "/etc/resolv.conf", "mode": "ro"}} if spec.resolver else {}),

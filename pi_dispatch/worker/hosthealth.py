@@ -53,6 +53,7 @@ class HostHealth:
     log: EventLog = discard
     changed: Callable[[], Awaitable[object]] | None = None  # the row written again at once (routers see it)
     egress: EgressGate | None = None  # PI_EGRESS on: the proxy must answer too
+    runtime_fault: str | None = None  # PI_JOB_RUNTIME failed its boot canary: till the worker's next start
     reason: str | None = None
     _telling: set[asyncio.Future[object]] = field(default_factory=set, repr=False)
 
@@ -75,6 +76,8 @@ class HostHealth:
 
     async def cause(self) -> str | None:
         """The first cause on this host's side that would fail a job now, or None."""
+        if self.runtime_fault is not None:
+            return self.runtime_fault
         for setting, folder in (("PI_JOBS_DIR", self.jobs_dir), ("PI_LOGS_DIR", self.logs_dir)):
             try:
                 await asyncio.to_thread(_probe_folder, folder)

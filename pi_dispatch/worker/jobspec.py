@@ -28,6 +28,7 @@ class Launch:
     secrets: Mapping[str, str]
     way: EgressWay | None  # with egress on, its one way out
     network: str | None  # the Docker network it joins (None: the daemon's default; `none`: no network)
+    runtime: str | None = None  # the OCI runtime it runs under (None: the daemon's default)
 
 
 def container_spec(
@@ -61,4 +62,5 @@ def container_spec(
         log_mb=settings.job_log_mb,
         docker_log=not kept,
         resolver=way.resolver if way is not None else None,
+        runtime=launch.runtime,
     )

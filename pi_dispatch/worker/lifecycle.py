@@ -17,7 +17,7 @@ import os
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
@@ -41,6 +41,7 @@ from pi_dispatch.triggers.schedules import load_cron
 from pi_dispatch.triggers.watch import TriggerWatch
 from pi_dispatch.worker.assembly import Hooks, Parts, assemble, worker_queues
 from pi_dispatch.worker.attempts import Attempts
+from pi_dispatch.worker.canary import boot_runtimes
 from pi_dispatch.worker.clockwatch import ClockWatch
 from pi_dispatch.worker.containers import STOP_GRACE_S, ContainerRuntime
 from pi_dispatch.worker.cron import CronSchedules
@@ -127,6 +128,7 @@ class Worker:
         settings = self.settings
         boot_text, triggers = await self._read_triggers()
         reaped, digest = await self._prepare_host()
+        runtimes = await boot_runtimes(self.runtime, settings, self.log)  # each tried before any job is taken
         store = store_of(settings)
         client = store.client()
         try:
@@ -139,7 +141,7 @@ class Worker:
         hooks = Hooks(lambda: self.bullmq_workers, self._live_facts, self._move_own_queue)
         parts = self.parts = assemble(
             settings, self.runtime, (store, client, clock), triggers=triggers, metrics=self.metrics, log=self.log,
-            hooks=hooks, jitter=self.jitter, beat_ms=self.beat_ms, egress_plan=self.egress_plan,
+            hooks=hooks, jitter=self.jitter, beat_ms=self.beat_ms, egress_plan=self.egress_plan, runtimes=runtimes,
         )  # fmt: skip
         self.metrics.start(
             settings.metrics_addr, lambda: len(self.running), settings.concurrency, lambda: parts.control.draining,
@@ -148,6 +150,8 @@ class Worker:
         await parts.recorder.recover()  # records an earlier run could not write: kept in the store until written
         if parts.health.egress is not None and (down := await parts.health.egress.fault()) is not None:
             parts.health.fault(down)  # its first row says so: no job is taken only to go back
+        if parts.health.runtime_fault is not None:
+            parts.health.fault(parts.health.runtime_fault)
         pickup = await self._start_consumers(parts)
         await parts.registry.start(self._row(digest or ""), keep_beating=False)  # the supervisor keeps it beating
         watch = await self._start_cron(boot_text)
@@ -356,9 +360,11 @@ class Worker:
 
     def _row(self, image_digest: str) -> dict[str, object]:
         settings = self.settings
+        attempts = self.attempts
         return dict(
             heartbeat_row(
-                FleetHost.of_settings(settings),
+                replace(FleetHost.of_settings(settings), tokens=attempts.capabilities),  # less what it cannot run
+                runtimes=attempts.runtimes.working,
                 image=settings.job_image,
                 image_digest=image_digest,
                 concurrency=settings.concurrency,

@@ -65,6 +65,7 @@ def bad_inputs(job_file: Path, down: str) -> dict[tuple[str, ...], list[list[str
     walked[("worker",)] = [["worker", "--env-file", MISSING]]
     walked[("job-network",)] = [["job-network", "--deny", MISSING, "--check"]]  # not an address: refused first
     walked[("egress-proxy",)] = [["egress-proxy", "--env-file", MISSING]]  # refused before anything is touched
+    walked[("runtime-reap",)] = [["runtime-reap", MISSING]]  # it takes no argument: refused before containerd is asked
     walked[("receiver", "serve")] = [["receiver", "serve", "--env-file", MISSING]]
     walked[("receiver", "check")] = [["receiver", "check", "--env-file", MISSING]]
     walked[("config", "check")] = [["config", "check", "--env-file", MISSING]]

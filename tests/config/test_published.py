@@ -14,7 +14,8 @@ from pi_dispatch.config.hostvars import PREFIX, host_forms
 from pi_dispatch.config.patterns import whole_number_pattern
 from pi_dispatch.config.published import GENERATED, generated
 from pi_dispatch.config.sources import HostFacts
-from pi_dispatch.config.worker_settings import WorkerSettings, load_settings, variables
+from pi_dispatch.config.worker_settings import WorkerSettings, load_settings
+from pi_dispatch.config.worker_variables import variables
 from pi_dispatch.core.profiles import _parse
 from tests.support.helpers import run_cli
 

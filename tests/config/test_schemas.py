@@ -15,7 +15,7 @@ from pi_dispatch.config.declaration import check_env
 from pi_dispatch.config.hostvars import check_host_vars
 from pi_dispatch.config.receiver_settings import RECEIVER_MODEL
 from pi_dispatch.config.schemas import SCHEMA_NAMES, load_schema, problems
-from pi_dispatch.config.worker_settings import check_worker_env, variables
+from pi_dispatch.config.worker_variables import check_worker_env, variables
 from pi_dispatch.core.records import check_run_record
 from pi_dispatch.fleet.registry import check_registry_row
 from pi_dispatch.triggers.file import check_triggers

@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from pi_dispatch.audit.findings import CODES
 from pi_dispatch.config.rolevars import host_variable
-from pi_dispatch.config.worker_settings import fields_by_variable, variables
+from pi_dispatch.config.worker_variables import fields_by_variable, variables
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.demo.workers import worker_environment
 from pi_dispatch.fleet.inventory import load_inventory

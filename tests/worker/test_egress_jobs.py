@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +51,6 @@ def network(docker_client: Any) -> Iterator[EgressNetwork]:
 def stand_in(docker_client: Any, job_image: str) -> Iterator[StandIn]:
     with stand_in_internet(docker_client, job_image, SUBNET) as made:
         yield made
-
-
-@pytest.fixture
-async def queue(valkey_url: str, client: aioredis.Redis) -> AsyncIterator[Queue]:
-    opened = Queue("pi-jobs", {"connection": valkey_url})
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 def egress_env(
