@@ -7,6 +7,7 @@ Pure.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -51,3 +52,13 @@ def row_runtimes(raw: object) -> frozenset[str]:
         return frozenset()
     text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
     return frozenset(name for name in text.split(",") if RUNTIME_NAME_RE.fullmatch(name))
+
+
+def daemon_json_with_runsc(current: str, flags: str) -> str:
+    """Docker's daemon.json with runsc registered as the runsc runtime with these flags (space separated), everything
+    else in it kept; what the role writes. Raises ValueError when the current file is not a JSON object."""
+    config = json.loads(current) if current.strip() else {}
+    if not isinstance(config, dict) or not isinstance(config.get("runtimes", {}), dict):
+        raise ValueError("/etc/docker/daemon.json is not a JSON object with an object of runtimes")
+    config.setdefault("runtimes", {})[RUNSC] = {"path": RUNSC, "runtimeArgs": flags.split()}
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"

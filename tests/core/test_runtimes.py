@@ -3,7 +3,11 @@ runtimes have been tried."""
 
 from __future__ import annotations
 
-from pi_dispatch.core.runtimes import RUNSC, RuntimeChoice, row_runtimes
+import json
+
+import pytest
+
+from pi_dispatch.core.runtimes import RUNSC, RuntimeChoice, daemon_json_with_runsc, row_runtimes
 
 CHOICE = RuntimeChoice(None, frozenset({"deploy", "untrusted"}))
 
@@ -26,3 +30,14 @@ def test_a_rows_runtimes_are_read_as_hostile_text() -> None:
     assert row_runtimes(b"runsc") == {"runsc"}
     assert row_runtimes("runsc,/usr/bin/evil,,-x,a b") == {"runsc"}
     assert row_runtimes(None) == frozenset() and row_runtimes(7) == frozenset()
+
+
+def test_runsc_is_registered_in_daemon_json_and_the_rest_of_it_kept() -> None:
+    kept = '{"log-driver": "journald", "runtimes": {"kata": {"path": "kata-runtime"}, "runsc": {"path": "/old"}}}'
+    written = json.loads(daemon_json_with_runsc(kept, "--network=host  --platform=systrap"))
+    assert written["log-driver"] == "journald" and written["runtimes"]["kata"] == {"path": "kata-runtime"}
+    assert written["runtimes"]["runsc"] == {"path": "runsc", "runtimeArgs": ["--network=host", "--platform=systrap"]}
+    assert json.loads(daemon_json_with_runsc("", ""))["runtimes"]["runsc"]["runtimeArgs"] == []
+    for hostile in ("[1]", '{"runtimes": 7}', "{not json"):
+        with pytest.raises(ValueError):
+            daemon_json_with_runsc(hostile, "")

@@ -39,6 +39,11 @@ from tests.support.workers import CEILING_S, RunningWorker, finished_job, runnin
 
 pytestmark = [pytest.mark.redis, pytest.mark.docker, pytest.mark.squid, pytest.mark.slow]
 SUBNET = "203.0.113.128/26"  # its own block of the stand-in internet
+# A refusal is attributed while its job runs and for SETTLE_S after: squid writes its line when the connection ends,
+# which a starved machine (CI runs the molecule scenarios beside the suite) delays by more than a second. A job that
+# exits the moment it is refused can thus end before its refusal is written; a real one runs on for minutes. These
+# run on for 3 s after their fetch, as a real job would, so what is proven is the attribution, not a race.
+LINGER = {"demoSleep": 3}
 
 
 @pytest.fixture
@@ -81,10 +86,10 @@ async def test_a_job_reaches_the_listed_names_through_the_proxy_and_nothing_else
     queue: Queue,
 ) -> None:
     fetches = {
-        "gh-allowed": {"demoFetch": "http://allowed.example/"},
-        "gh-denied": {"demoFetch": "http://denied.example/"},
-        "gh-literal": {"demoFetch": f"http://{stand_in.allowed}/"},  # an IP literal is no listed name
-        "gh-direct": {"demoFetch": f"http://{stand_in.allowed}/", "demoNoProxy": 1},  # around the proxy
+        "gh-allowed": {"demoFetch": "http://allowed.example/", **LINGER},
+        "gh-denied": {"demoFetch": "http://denied.example/", **LINGER},
+        "gh-literal": {"demoFetch": f"http://{stand_in.allowed}/", **LINGER},  # an IP literal is no listed name
+        "gh-direct": {"demoFetch": f"http://{stand_in.allowed}/", "demoNoProxy": 1, **LINGER},  # around the proxy
     }
     with running_squid(squid_binary, stand_in, network.gateway, port=PROXY_PORT) as proxy:
         env = egress_env(tmp_path, valkey_url, job_image, network, proxy.state)
@@ -200,7 +205,7 @@ async def test_a_profiles_own_list_is_its_jobs_way_out_an_empty_one_no_network_a
         assert plan.networks() == (own,) and plan.network_names() == (network.name, own.name)
         async with running_worker(settings, egress_plan=plan) as w:
             for number, (job_id, (fields, name)) in enumerate(jobs.items()):
-                job = forge_job(number, trigger={"demoFetch": f"http://{name}/"}, **fields)
+                job = forge_job(number, trigger={"demoFetch": f"http://{name}/", **LINGER}, **fields)
                 await queue.add("github", job, {"jobId": job_id})
             await queue.add("github", forge_job(9, **differ), {"jobId": "gh-differ"})
             ended = {job_id: await finished_job(queue, job_id) for job_id in [*jobs, "gh-differ"]}

@@ -66,6 +66,16 @@ def pi_dispatch_egress_profile_files(profiles: dict[str, Any], env_file: str) ->
     ]
 
 
+def pi_dispatch_daemon_json_with_runsc(current: str, flags: str) -> str:
+    """Docker's daemon.json with runsc registered as the runsc runtime, the rest of it kept."""
+    from pi_dispatch.core.runtimes import daemon_json_with_runsc
+
+    try:
+        return daemon_json_with_runsc(current, flags or "")
+    except ValueError as error:
+        raise AnsibleFilterError(str(error)) from error
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -74,4 +84,5 @@ class FilterModule:
             "pi_dispatch_worker_triggers_path": pi_dispatch_worker_triggers_path,
             "pi_dispatch_egress_allowlist": pi_dispatch_egress_allowlist,
             "pi_dispatch_egress_profile_files": pi_dispatch_egress_profile_files,
+            "pi_dispatch_daemon_json_with_runsc": pi_dispatch_daemon_json_with_runsc,
         }
