@@ -6,7 +6,6 @@ attacker-chosen string. Nested telemetry is rebuilt and validated rather than co
 
 from __future__ import annotations
 
-import math
 import posixpath
 import re
 from collections.abc import Mapping
@@ -15,30 +14,13 @@ from typing import Any, Final
 from pi_dispatch.core.jobs import FORGE_KINDS, LOCAL_KIND, TRIGGER_TYPES, target_separator
 from pi_dispatch.core.jscompat import MISSING, get, js_string, nullish
 from pi_dispatch.core.reasons import REASONS
+from pi_dispatch.core.runusage import read_tokens, read_usage
 
 # A reason that is not one of ours is recorded as this rather than copied, because it could carry text
 # from a job's payload.
 UNRECOGNIZED_REASON: Final = "unrecognized"
 
-_USAGE_ID: Final = re.compile(r"[a-z0-9][a-z0-9._:/-]{0,63}")
-_PI_AI_VERSION: Final = re.compile(r"\d+\.\d+\.\d+", re.ASCII)
-_USAGE_COUNTERS: Final = (
-    "calls",
-    "input",
-    "output",
-    "cacheRead",
-    "cacheWrite",
-    "cacheWrite1h",
-    "reasoning",
-    "total",
-    "cost",
-    "unpriced",
-)
-_TOKEN_COUNTERS: Final = ("input", "output", "total", "cost")
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+_USAGE_ID: Final = re.compile(r"[a-z0-9][a-z0-9._:/-]{0,63}")  # a session's reason, as a Node record may word it
 
 
 def _integer(value: object) -> bool:
@@ -57,43 +39,6 @@ def _target(kind: object, data: Mapping[str, Any]) -> str | None:
             + js_string(get(target, "number"))
         )
     return None
-
-
-def _tokens(value: object) -> dict[str, Any] | None:
-    if not isinstance(value, Mapping) or not _number(value.get("total")):
-        return None
-    return {key: value[key] for key in _TOKEN_COUNTERS if _number(value.get(key))}
-
-
-def _usage(value: object) -> dict[str, Any] | None:
-    """The per-model ledger rebuilt from validated parts, or None when any part is malformed."""
-    if not isinstance(value, Mapping) or not _integer(value.get("v")) or value["v"] < 1:
-        return None
-    pi_ai = value.get("piAi")
-    if pi_ai is not None and not (isinstance(pi_ai, str) and _PI_AI_VERSION.fullmatch(pi_ai)):
-        return None
-    truncated = value.get("truncated", 0)
-    if not _integer(truncated) or truncated < 0:
-        return None
-    rows = value.get("models")
-    if not isinstance(rows, list) or not 1 <= len(rows) <= 9:
-        return None
-    models = []
-    for row in rows:
-        if (
-            not isinstance(row, Mapping)
-            or not isinstance(row.get("provider"), str)
-            or not isinstance(row.get("model"), str)
-        ):
-            return None
-        provider, model = row["provider"].lower(), row["model"].lower()
-        if not _USAGE_ID.fullmatch(provider) or not _USAGE_ID.fullmatch(model):
-            return None
-        counters = {key: row.get(key, 0) for key in _USAGE_COUNTERS}
-        if not all(_number(count) and count >= 0 for count in counters.values()):
-            return None
-        models.append({"provider": provider, "model": model, **counters})
-    return {"v": value["v"], "piAi": pi_ai, "truncated": truncated, "models": models}
 
 
 def _session(value: object) -> dict[str, Any] | None:
@@ -151,8 +96,8 @@ def build_record(
         "reason": _reason(source.get("reason")),
         "exitCode": _int_or_none(source.get("exitCode")),
         "turns": _int_or_none(source.get("turns")),
-        "tokens": _tokens(source.get("tokens")),
-        "usage": _usage(source.get("usage")),
+        "tokens": read_tokens(source.get("tokens")),
+        "usage": read_usage(source.get("usage")),
         "provider": _text_or_none(source.get("provider")),
         "model": _text_or_none(source.get("model")),
         "budgetReserved": source.get("budgetReserved") if isinstance(source.get("budgetReserved"), bool) else None,

@@ -117,3 +117,17 @@ def test_telemetry_is_rebuilt_not_copied() -> None:
     assert "note" not in record["usage"]["models"][0]
     hostile = {"v": 1, "models": [{"provider": "../etc", "model": "m"}]}
     assert build(forge_job(), {"outcome": "completed", "usage": hostile})["usage"] is None
+
+
+def test_a_current_node_workers_ledger_and_tokens_read_back_whole() -> None:
+    """A current Node record: `truncated` null (nobody measured it), model ids the current pattern admits, and the
+    token floor counters a cost view needs; none of it may be dropped on the way back."""
+    ledger = {
+        "v": 1, "piAi": "0.9.3", "truncated": None,
+        "models": [{"provider": "workers-ai", "model": "@cf/meta/llama-4-scout-17b-16e-instruct", "calls": 2,
+                    "input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0, "cacheWrite1h": 0, "reasoning": 0,
+                    "total": 15, "cost": 0.01, "unpriced": 0}],
+    }  # fmt: skip
+    tokens = {"input": 10, "output": 5, "total": 15, "cost": 0.01, "metered": True, "rootTotal": 15, "costCapMicros": 0}
+    record = build(forge_job(), {"outcome": "completed", "tokens": tokens, "usage": ledger})
+    assert record["usage"] == ledger and record["tokens"] == tokens
