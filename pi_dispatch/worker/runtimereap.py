@@ -15,6 +15,7 @@ import base64
 import binascii
 import json
 import shutil
+import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -93,9 +94,7 @@ def reap_runsc(docker_ids: Callable[[], set[str]], run: Runner) -> list[str]:
     base = [ctr, "--address", socket, "--namespace", NAMESPACE]
     listed = _ctr(run, [*base, "containers", "list", "--quiet"]).split()
     known = docker_ids()  # after containerd's list: a container made meanwhile is Docker's before it is containerd's
-    infos = {
-        cid: json.loads(_ctr(run, [*base, "containers", "info", cid]) or "null") for cid in listed if cid not in known
-    }
+    infos = {cid: _json(_ctr(run, [*base, "containers", "info", cid])) for cid in listed if cid not in known}
     found = orphans(listed, known, infos)
     runsc = shutil.which(RUNSC) or RUNSC
     for cid in found:
@@ -103,13 +102,28 @@ def reap_runsc(docker_ids: Callable[[], set[str]], run: Runner) -> list[str]:
         # runsc's own delete stops a sandbox still "created" (which no signal reaches); containerd then lets its task
         # go, which ends the shim. A step with nothing to do fails, and is not needed.
         for argv in ([runsc, "--root", root, "delete", "--force", cid], [*base, "tasks", "delete", "--force", cid]):
-            run(argv, capture_output=True, text=True, timeout=CTR_S, check=False)
+            _ran(run, argv)
         _ctr(run, [*base, "containers", "delete", cid])
     return found
 
 
+def _ran(run: Runner, argv: list[str]) -> Any:
+    try:
+        return run(argv, capture_output=True, text=True, timeout=CTR_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise ReapError(f"{Path(argv[0]).name} did not answer within {CTR_S:.0f} s") from None
+
+
 def _ctr(run: Runner, argv: list[str]) -> str:
-    done = run(argv, capture_output=True, text=True, timeout=CTR_S, check=False)
+    done = _ran(run, argv)
     if done.returncode != 0:
         raise ReapError(f"ctr {argv[5]} {argv[6]} failed: {' '.join(done.stderr.split())[:200]}")
     return str(done.stdout)
+
+
+def _json(text: str) -> object:
+    """ctr's JSON, or None for anything else (then nothing is deleted on its account)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
