@@ -96,7 +96,7 @@ def assemble(
         client, name, log=log, progress=hooks.live_facts, now=now, beat_ms=beat_ms or HOST_BEAT_MS
     )  # fmt: skip
     egress = denials = None
-    plan = egress_plan or EgressPlan(settings.jobs_network)
+    plan = egress_plan or EgressPlan(settings.jobs_network)  # without profile lists: PI_JOB_NETWORK for every job
     if settings.egress_network is not None:
         resolver = worker_jobs_dir(settings.jobs_dir, name) / RESOLVER_FILE
         egress = EgressGate(runtime.client, plan.network_names(), resolver)
@@ -114,9 +114,9 @@ def assemble(
         outputs = Outputs(settings.logs_dir, name, settings.job_log_mb * 1024 * 1024, store_cap, history, log)
     primary = PrimaryCheck(store) if store.replicated else None
     attempts = Attempts(
-        settings, runtime, client, recorder, WaitGate(settings, client, now, jitter, log), now, log,
+        settings, runtime, client, recorder, WaitGate(settings, client, now, jitter, log), now, log, plan,
         metrics=metrics, one_shots=OneShots(settings.triggers_file, log), outputs=outputs, health=health,
-        primary=primary, egress=egress, egress_plan=plan, runtimes=choice, denials=denials,
+        primary=primary, egress=egress, runtimes=choice, denials=denials,
     )  # fmt: skip
     rehomer = Rehomer(
         client, store, settings.rehome_after_ms, settings.lock_duration_ms, log, now,

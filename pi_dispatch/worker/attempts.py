@@ -84,6 +84,7 @@ class Attempts:
     wait_gate: WaitGate
     now: Callable[[], int]
     log: EventLog
+    egress_plan: EgressPlan  # the network each job joins by the profiles it binds
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     aborting: asyncio.Event = field(default_factory=asyncio.Event)
     running: dict[str, StopRequest] = field(default_factory=dict)  # job id -> its container's stop, while it runs
@@ -96,7 +97,6 @@ class Attempts:
     cancelled: set[str] = field(default_factory=set)  # job ids an operator cancelled while they were here
     primary: PrimaryCheck | None = None  # a replicated store: a take counts once the named primary holds its lock
     egress: EgressGate | None = None  # PI_EGRESS on: a job's one way out is the proxy this gate finds
-    egress_plan: EgressPlan | None = None  # the network each job joins by its profiles; None: PI_JOB_NETWORK's
     runtimes: RuntimeChoice = field(default_factory=RuntimeChoice)  # the runtime each job runs under, once tried
     denials: DenialWatch | None = None  # with egress on: the proxy's refusals, attached to the attempts refused
     refused: dict[str, Refusals] = field(default_factory=dict)  # job id -> its attempt's refusals, until recorded
@@ -109,8 +109,9 @@ class Attempts:
         self.secrets = SecretsGate(
             settings.secret_profiles, timeout_s=settings.secret_resolve_timeout_ms / 1000, reserved=reserved
         )
-        plan = self.egress_plan or EgressPlan(settings.jobs_network)
-        self.place = JobPlace(self.secrets, settings.secret_profiles, settings.wait_profiles, plan, self.runtimes)
+        self.place = JobPlace(
+            self.secrets, settings.secret_profiles, settings.wait_profiles, self.egress_plan, self.runtimes
+        )  # fmt: skip
         self.capabilities = self.place.capabilities  # what needs a runtime that failed its canary is not served
 
     def abort_all(self) -> None:

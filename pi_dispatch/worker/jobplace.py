@@ -41,27 +41,28 @@ class JobPlace:
             bound.add(secret)
         return bound
 
-    def runtime(self, data: Mapping[str, Any]) -> str | Refusal | None:
-        """The runtime the job runs under (None: Docker's default); one that failed its canary here refuses it."""
-        bound = self.bound(data)
+    def runtime(self, bound: set[str]) -> str | Refusal | None:
+        """The runtime a job binding these profiles runs under (None: Docker's default); one that failed its canary
+        here refuses it."""
         runtime = self.runtimes.for_profiles(bound)
         if not self.runtimes.usable(runtime):
             profiles = ",".join(sorted(bound & self.runtimes.unserved()))
             return Refusal(Reason.JOB_RUNTIME_UNAVAILABLE, profiles or None)
         return runtime
 
-    def network(self, data: Mapping[str, Any]) -> str | Refusal | None:
-        """The network the job joins (None: Docker's default; `none`: offline); profiles whose egress differs
-        refuse it."""
-        network = self.plan.network_for(self.bound(data))
+    def network(self, bound: set[str]) -> str | Refusal | None:
+        """The network a job binding these profiles joins (None: Docker's default; `none`: offline); profiles whose
+        egress differs refuse it."""
+        network = self.plan.network_for(bound)
         if isinstance(network, ProfilesDiffer):
             return Refusal(Reason.EGRESS_PROFILES_DIFFER, ",".join(network.profiles))
         return network
 
     def decide(self, data: Mapping[str, Any]) -> Refusal | tuple[str | None, str | None]:
         """The job's network and runtime here, or what refuses it before any spend."""
-        network = self.network(data)
+        bound = self.bound(data)
+        network = self.network(bound)
         if isinstance(network, Refusal):
             return network
-        runtime = self.runtime(data)
+        runtime = self.runtime(bound)
         return runtime if isinstance(runtime, Refusal) else (network, runtime)
