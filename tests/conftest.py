@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import gc
+import hashlib
 import os
 import shutil
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,8 @@ settings.load_profile("pi-dispatch")
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("SHARED_DIR", REPO.parent / "shared"))
 SEED_DIFF = SHARED / "seed" / "pi-dispatch-1.7.0-to-1.8.0.diff"
+# What the tests' node scripts import: the reference's clients, and undici for a Node older than 22.21 behind a proxy
+NODE_PACKAGES = ("ioredis@5", "bullmq@6", "undici@7")
 
 
 @pytest.fixture(autouse=True)
@@ -156,11 +161,39 @@ def seed_diff() -> Path:
     return SEED_DIFF
 
 
+@pytest.fixture(scope="session")
+def node_modules() -> Path:
+    """NODE_PACKAGES installed once per machine and shared by every test process (an npm install took 10-90 s a
+    time under CI's load): a folder under the user's cache named by what it holds, made whole under a lock, then
+    renamed into place, so a process never sees half an install."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.fail("node and npm are needed: `./dev test` installs them (apt-get install nodejs npm)")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pi-dispatch-tests"
+    cache.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(" ".join(NODE_PACKAGES).encode()).hexdigest()[:12]
+    done = cache / f"node-{digest}"
+    with (cache / "node.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (done / "node_modules").is_dir():
+            partial = cache / f"node-{digest}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+            installed = subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(partial), *NODE_PACKAGES],
+                capture_output=True, text=True, timeout=600, check=False,
+            )  # fmt: skip
+            if installed.returncode != 0:
+                pytest.fail(f"npm install {' '.join(NODE_PACKAGES)} failed: {installed.stderr[-2000:]}")
+            partial.rename(done)
+    return done / "node_modules"
+
+
 # A real service's fixtures, by the marker a test that uses them must carry.
 SERVICE_FIXTURES = {
     "redis": {"valkey_url", "client", "private_redis"},
     "docker": {"docker_client", "job_image"},
-    "node": {"seed_diff"},
+    "node": {"seed_diff", "node_modules"},
     "squid": {"squid_binary"},
     "gvisor": {"gvisor"},
 }
