@@ -34,7 +34,7 @@ from bullmq import Queue
 
 from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE, build_example_image
 from pi_dispatch.testing.jobs import forge_job
-from pi_dispatch.testing.services import RedisServer
+from pi_dispatch.testing.services import UNCAPPED, RedisServer
 from pi_dispatch.worker.containers import LABEL_JOB
 
 TICKS = 5
@@ -52,6 +52,7 @@ def worker_env(url: str, folder: Path, name: str, **extra: str) -> dict[str, str
         "PI_CONCURRENCY": "2",
         "PI_METRICS_ADDR": "",
         "PI_EGRESS": "0",
+        "PI_DAILY_CAP": UNCAPPED,
         **extra,
     }
 

@@ -30,6 +30,7 @@ from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE, build_example_image
 from pi_dispatch.demo.store import EmbeddedValkey, free_port
 from pi_dispatch.infra.events import discard
 from pi_dispatch.testing.jobs import forge_job
+from pi_dispatch.testing.services import UNCAPPED
 from pi_dispatch.worker.containers import ContainerRuntime
 from pi_dispatch.worker.lifecycle import Worker
 from pi_dispatch.worker.metrics import WorkerMetrics
@@ -66,6 +67,7 @@ async def round_per_job(url: str, folder: Path, jobs: int, tag: str, metrics: bo
         "PI_JOB_CPUS": "0.5",
         "PI_METRICS_ADDR": address,
         "PI_EGRESS": "0",
+        "PI_DAILY_CAP": UNCAPPED,
     }
     settings = load_settings(environment=lambda: env, facts=HostFacts("bench", None, os.geteuid()))
     runtime = ContainerRuntime.connect("bench", 2)

@@ -34,6 +34,7 @@ from pi_dispatch.infra.events import discard
 from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.jobs import forge_job
+from pi_dispatch.testing.services import UNCAPPED
 from pi_dispatch.worker.containers import ContainerRuntime
 from pi_dispatch.worker.lifecycle import Worker
 
@@ -61,6 +62,7 @@ async def worker_runs(url: str, image: str, count: int, folder: Path) -> float:
         "PI_JOB_MEMORY_MB": "64",
         "PI_JOB_CPUS": "0.5",
         "PI_EGRESS": "0",  # against a plain `docker run`: bench/egress.py measures egress's cost
+        "PI_DAILY_CAP": UNCAPPED,
     }
     settings = load_settings(environment=lambda: env, facts=HostFacts("bench", None, os.geteuid()))
     runtime = ContainerRuntime.connect("bench", 1)

@@ -107,6 +107,18 @@ async def forge_client() -> AsyncIterator[Any]:
         await made.close()
 
 
+@pytest.fixture
+async def queue(valkey_url: str, client: aioredis.Redis) -> AsyncIterator[Any]:
+    """The shared queue, pi-jobs, on the suite's redis-server (flushed: `client`); closed after the test."""
+    from bullmq import Queue
+
+    opened = Queue("pi-jobs", {"connection": valkey_url})
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[Any]:
     """The machine's Docker daemon; `./dev test` installs and starts it."""
@@ -191,7 +203,7 @@ def node_modules() -> Path:
 
 # A real service's fixtures, by the marker a test that uses them must carry.
 SERVICE_FIXTURES = {
-    "redis": {"valkey_url", "client", "private_redis"},
+    "redis": {"valkey_url", "client", "private_redis", "queue"},
     "docker": {"docker_client", "job_image"},
     "node": {"seed_diff", "node_modules"},
     "squid": {"squid_binary"},

@@ -63,6 +63,11 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         "a live host takes no job by its own account (its egress proxy down, its job image gone, a folder it cannot "
         "write, Docker away): routers leave it out and its queue moves to capable peers until its beat finds it fit",
     ),
+    "limits-differ": (
+        "warning",
+        "workers run with different caps or limit files over windows they share: the fleet stops at a different "
+        "count depending on the host a job lands on",
+    ),
     "egress-profile-differs": (
         "warning",
         "hosts serving one profile give its jobs different egress: what a job may reach depends on where it lands",

@@ -23,6 +23,7 @@ from pi_dispatch.audit.drift import (
 )
 from pi_dispatch.audit.egress import egress_findings
 from pi_dispatch.audit.findings import CODES, SEVERITIES, Finding, Report, Severity
+from pi_dispatch.audit.limits import limit_findings
 from pi_dispatch.audit.sandbox import runtime_findings
 from pi_dispatch.audit.store import store_findings
 from pi_dispatch.config.hostvars import InventoryHost, host_problems
@@ -225,6 +226,7 @@ def _config_findings(hosts: Sequence[InventoryHost], fleet: Sequence[FleetHost])
         hosts, "logs_dir", "logs-dir-shared", "give each host its own logs_dir (or share on purpose)"
     )
     findings += egress_findings(hosts)
+    findings += limit_findings(hosts)
     zones = {str(host.declared("tz")) for host in hosts if host.declared("tz")}
     if len(zones) > 1:
         findings.append(

@@ -20,6 +20,7 @@ from pi_dispatch.cli.demo import demo
 from pi_dispatch.cli.fleet import hosts, runs, top
 from pi_dispatch.cli.job import job, logs
 from pi_dispatch.cli.jobs import enqueue, route
+from pi_dispatch.cli.limits import limits
 from pi_dispatch.cli.receiver import init, receiver_app
 from pi_dispatch.cli.rollout import rollout_app
 from pi_dispatch.cli.steer import cancel, drain, resume, retry
@@ -68,6 +69,7 @@ app.add_typer(config_app, name="config")
 app.command()(route)
 app.command()(enqueue)
 app.command()(hosts)
+app.command()(limits)
 app.command()(runs)
 app.command()(job)
 app.command()(logs)
@@ -108,6 +110,7 @@ EXAMPLES: Final = {
     ("route",): "pi-dispatch route --job job.json --json",
     ("enqueue",): "pi-dispatch enqueue --job job.json --if-absent",
     ("hosts",): "pi-dispatch hosts --json | jq '.[] | {name, slotsFree}'",
+    ("limits",): "pi-dispatch limits --env-file /etc/pi-dispatch/worker.env",
     ("runs",): "pi-dispatch runs --host mini1 --outcome failed",
     ("job",): "pi-dispatch job gh-2f1c…",
     ("logs",): "pi-dispatch logs gh-2f1c… --follow",

@@ -68,6 +68,26 @@ class WholeForm(Form):
 
 
 @dataclass(frozen=True, kw_only=True)
+class OptionalWholeForm(WholeForm):
+    """A whole number, or empty (None) for a limit that is off."""
+
+    blank_is_default: bool = True
+
+    def noun(self, bounds: Bounds) -> str:
+        return f"{super().noun(bounds)}, or empty for none"
+
+    def env_schema(self, bounds: Bounds) -> dict[str, Any]:
+        low, high = (int(limit or 0) for limit in bounds)
+        return {"pattern": schema_pattern(f"{BLANKS}(?:{grouped(whole_number_pattern(low, high))})?{BLANKS}")}
+
+    def host_schema(self, bounds: Bounds) -> dict[str, Any]:
+        return {"type": ["integer", "null"], "minimum": bounds[0], "maximum": bounds[1]}
+
+    def env_text(self, value: object) -> str:
+        return "" if value is None else str(value)
+
+
+@dataclass(frozen=True, kw_only=True)
 class CpusForm(Form):
     def host_types(self) -> tuple[type, ...]:
         return (int, float)

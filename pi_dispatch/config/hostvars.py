@@ -8,6 +8,7 @@ Nothing here needs Ansible: the loader that reads an inventory lives in `fleet/i
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ HEADER: Final = "Rendered by pi-dispatch from the inventory for host {host}; a r
 DEFAULT_ENV_FILE: Final = "/etc/pi-dispatch/worker.env"  # the role's default for pi_dispatch_worker_env_file
 TRIGGERS_NAME: Final = "triggers.json"
 EGRESS_PROFILES_DIR: Final = "egress-profiles"  # beside the env file: one <profile>.conf per profile list
+# The fleet's limit files, each written beside the env file from its role variable (`rolevars.py`)
+LIMIT_FILES: Final = {"scoped_limits": "scoped-limits.json", "pause_windows": "pause-windows.json"}
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,18 @@ def installed_triggers_path(host_vars: Mapping[str, Any]) -> str | None:
     return triggers_beside(str(host_vars.get(PREFIX + "env_file") or DEFAULT_ENV_FILE))
 
 
+def installed_limit_file(host_vars: Mapping[str, Any], role_var: str) -> str | None:
+    """Where the role writes one of the fleet's limit files for a host (None: it declares none)."""
+    if not isinstance(host_vars.get(PREFIX + role_var), Mapping):
+        return None
+    return f"{str(host_vars.get(PREFIX + 'env_file') or DEFAULT_ENV_FILE).rsplit('/', 1)[0]}/{LIMIT_FILES[role_var]}"
+
+
+def limit_file_text(declared: object) -> str:
+    """A limit file as the role writes it from its mapping in the inventory."""
+    return json.dumps(declared, indent=2, sort_keys=True) + "\n"
+
+
 def installed_egress_profiles(host_vars: Mapping[str, Any]) -> dict[str, str]:
     """The PI_EGRESS_PROFILES a host's worker gets: each profile list the role writes, by profile."""
     declared = host_vars.get(PREFIX + "egress_profiles")
@@ -161,6 +176,8 @@ def env_values(host_vars: Mapping[str, Any]) -> dict[str, str]:
     rendered: dict[str, object] = {  # what the role itself puts in place
         "PI_TRIGGERS_FILE": installed_triggers_path(host_vars),
         "PI_EGRESS_PROFILES": installed_egress_profiles(host_vars),
+        "PI_SCOPED_LIMITS_FILE": installed_limit_file(host_vars, "scoped_limits"),
+        "PI_PAUSE_WINDOWS_FILE": installed_limit_file(host_vars, "pause_windows"),
     }
     for variable, (name, info) in fields_by_variable().items():
         declared = host_variable(name, info)

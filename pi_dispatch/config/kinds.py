@@ -29,6 +29,7 @@ from pi_dispatch.config.forms import (
     FlagForm,
     Form,
     ListForm,
+    OptionalWholeForm,
     ProfilesForm,
     TextForm,
     WholeForm,
@@ -69,6 +70,10 @@ def _whole(value: object) -> object:
     if isinstance(value, bool) or (isinstance(value, str) and not _WHOLE.fullmatch(value)):
         raise refused()
     return int(value.strip(" \t")) if isinstance(value, str) else value
+
+
+def _optional_whole(value: object) -> object:
+    return None if value is None or (isinstance(value, str) and not value.strip(" \t")) else _whole(value)
 
 
 def _cpus(value: object) -> object:
@@ -168,6 +173,7 @@ _RUNTIME = TextForm(pattern=RUNTIME_NAME_RE.pattern, what="a Docker runtime name
 _NAMES = ListForm(item=PROFILE_NAME_RE.pattern, what="profile names")
 
 Whole = Annotated[int, BeforeValidator(_whole), WholeForm()]
+OptionalWhole = Annotated[int | None, BeforeValidator(_optional_whole), OptionalWholeForm()]
 WholeMs = Annotated[int, BeforeValidator(_whole), WholeForm(unit=" of milliseconds")]
 Cpus = Annotated[float, BeforeValidator(_cpus), CpusForm()]
 Flag = Annotated[bool, BeforeValidator(_flag), FlagForm()]

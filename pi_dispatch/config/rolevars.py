@@ -6,7 +6,7 @@ variables share the prefix but never reach the env file; `hostvars.py` checks a 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
@@ -21,7 +21,9 @@ from pi_dispatch.config.worker_settings import WorkerSettings
 from pi_dispatch.core.egress import OFFLINE, parse_allowlist
 from pi_dispatch.core.errors import ConfigError
 from pi_dispatch.core.names import HOST_VAR_PREFIX, PROFILE_NAME_RE
+from pi_dispatch.core.pausewindows import PauseWindowsError, parse_pause_windows
 from pi_dispatch.core.profiles import MAX_PROFILES
+from pi_dispatch.core.scopedlimits import ScopedLimitsError, parse_scoped_limits
 
 PREFIX: Final = HOST_VAR_PREFIX
 
@@ -150,6 +152,48 @@ Allowlist = Annotated[list[str] | None, BeforeValidator(_allowlist), AllowlistFo
 ProfileLists = Annotated[dict[str, list[str] | str] | None, BeforeValidator(_profile_lists), ProfileListsForm()]
 
 
+@dataclass(frozen=True, kw_only=True)
+class DocumentForm(Form):
+    """A JSON file's content, declared in the inventory as a mapping and written out by the role."""
+
+    what: str
+
+    def host_types(self) -> tuple[type, ...]:
+        return (dict,)
+
+    def noun(self, bounds: Bounds) -> str:
+        return self.what
+
+    def host_schema(self, bounds: Bounds) -> dict[str, Any]:
+        return {"type": "object"}
+
+
+def _document(parse: Callable[[object], object], errors: type[Exception]) -> BeforeValidator:
+    """Refuses a mapping the worker would refuse to boot with, in the worker's own words."""
+
+    def check(value: object) -> object:
+        if isinstance(value, Mapping):
+            try:
+                parse(value)
+            except errors as error:
+                raise refused(str(error)) from None
+        return value
+
+    return BeforeValidator(check)
+
+
+ScopedLimitsDocument = Annotated[
+    dict[str, Any] | None,
+    _document(parse_scoped_limits, ScopedLimitsError),
+    DocumentForm(what="the scoped limits as a mapping: {version: 1, limits: [{scope: acme/web, day: 20}]}"),
+]
+PauseWindowsDocument = Annotated[
+    dict[str, Any] | None,
+    _document(parse_pause_windows, PauseWindowsError),
+    DocumentForm(what='the pause windows as a mapping: {windows: [{scope: acme/web, from: "22:00", to: "06:00"}]}'),
+]
+
+
 def role_var(suffix: str, description: str, fix: str) -> Any:
     return Field(
         None, validation_alias=PREFIX + suffix, description=f"Role: {description}", json_schema_extra={X_FIX: fix}
@@ -210,6 +254,19 @@ class RoleVars(BaseModel):
         "reaches what its list lists instead of this host's; `offline` (or an empty list): its jobs get no network. "
         "Written beside the env file (egress-profiles/<name>.conf) and named in PI_EGRESS_PROFILES.",
         "a mapping such as {deploy: [api.example.com], sealed: offline}",
+    )
+    scoped_limits: ScopedLimitsDocument = role_var(
+        "scoped_limits",
+        "the fleet's scoped limits (declare them once, in group_vars, so every host counts alike): per repository "
+        "or folder, caps on starts a day, week or month and on how many run at once. Written beside the env file "
+        "(scoped-limits.json) and named in PI_SCOPED_LIMITS_FILE; the worker reads an edit without a restart.",
+        "a mapping such as {version: 1, limits: [{scope: acme/web, day: 20, concurrent: 1}]}",
+    )
+    pause_windows: PauseWindowsDocument = role_var(
+        "pause_windows",
+        "times a repository's or a folder's jobs wait (declare them once, in group_vars). Written beside the env "
+        "file (pause-windows.json) and named in PI_PAUSE_WINDOWS_FILE; read again on an edit.",
+        'a mapping such as {windows: [{scope: acme/web, from: "22:00", to: "06:00", tz: Europe/Amsterdam}]}',
     )
     egress_proxy: Switch = role_var(
         "egress_proxy",

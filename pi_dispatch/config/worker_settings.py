@@ -46,6 +46,7 @@ from pi_dispatch.config.kinds import (
     WorkerName,
     Zone,
 )
+from pi_dispatch.config.limit_settings import LimitSettings
 from pi_dispatch.config.sources import HostFacts, MachineDefaults
 from pi_dispatch.core.egress import EGRESS_NETWORK, PROXY_STATE_DIR
 from pi_dispatch.core.jscompat import DAY_MS
@@ -55,8 +56,8 @@ from pi_dispatch.infra.store import DEFAULT_PRIMARY_NAME
 from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL
 
 
-class WorkerSettings(DeclaredSettings):
-    """The typed configuration a worker runs with, in the order the env file lists it."""
+class HostSettings(DeclaredSettings):
+    """What a worker is: its name, profiles, store, jobs and their containers (its limits: `limit_settings.py`)."""
 
     worker_name: WorkerName = setting(
         "PI_WORKER_NAME",
@@ -380,6 +381,10 @@ class WorkerSettings(DeclaredSettings):
     @classmethod
     def machine_defaults(cls, facts: HostFacts) -> PydanticBaseSettingsSource | None:
         return MachineDefaults(cls, facts)
+
+
+class WorkerSettings(LimitSettings, HostSettings):
+    """The typed configuration a worker runs with, in the order the env file lists it: the host's, then its limits."""
 
 
 def load_settings(

@@ -33,8 +33,10 @@ from pi_dispatch.console.terminal import keep_whole, plain, visible
 from pi_dispatch.core.capabilities import is_draining, is_live, is_stuck, unhealthy_reason
 from pi_dispatch.core.jscompat import finite, iso_string, js_number
 from pi_dispatch.core.keys import SHARED_QUEUE
+from pi_dispatch.core.scopedlimits import ScopedLimits
 from pi_dispatch.fleet.backlog import BACKLOG_READ, runnable, shown_count
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
+from pi_dispatch.fleet.limitview import LimitsView, limits_summary, published_caps, read_limits
 from pi_dispatch.fleet.liveness import not_draining
 from pi_dispatch.fleet.mirror import read_mirrored_runs
 from pi_dispatch.fleet.queueview import read_queues
@@ -71,6 +73,7 @@ class Frame:
     could_run: dict[str, int] = field(default_factory=dict)  # by host: the waiting jobs it could run
     store_state: StoreState | None = None
     receivers: list[ReceiverState] = field(default_factory=list)
+    limits: LimitsView | None = None  # the fleet's windows, against the caps its live hosts publish
 
 
 @dataclass
@@ -98,9 +101,11 @@ class FrameReader:
         could = runnable(live.hosts, read.waiting)
         state = await read_store_state(self.client, self.address)
         receivers = await read_receivers(self.client, now_ms)
+        limits = await read_limits(self.client, *published_caps(live.hosts), ScopedLimits(), rows=live.hosts,
+                                   now_ms=now_ms)  # fmt: skip
         return Frame(
             now_ms, self.store, None, live.hosts, live.invalid, read.queues, mirrored.runs, mirrored.degraded, could,
-            state, receivers,
+            state, receivers, limits,
         )  # fmt: skip
 
 
@@ -250,6 +255,8 @@ def render(frame: Frame, rehome_after_ms: int, *, live: bool = True, rows: int =
     if frame.receivers:
         said = " · ".join(receiver.summary(frame.at_ms) for receiver in frame.receivers)
         parts.append(Text(plain(f"receivers: {said}")))
+    if frame.limits is not None:
+        parts.append(Text(plain(limits_summary(frame.limits))))
     parts += [hosts_table(frame, rows), queues_table(frame, rehome_after_ms, rows)]
     if frame.invalid:
         parts.append(Text(plain(f"{len(frame.invalid)} registry rows refused as invalid (see pi-dispatch hosts)")))
@@ -275,6 +282,7 @@ def frame_json(frame: Frame, rehome_after_ms: int) -> dict[str, object]:
         "runs": frame.runs,
         "mirror": frame.mirror,
         "receivers": [receiver.as_json() for receiver in frame.receivers],
+        "limits": None if frame.limits is None else frame.limits.as_json(),
     }
 
 

@@ -13,6 +13,11 @@ RUN_RECORD_PREFIX: Final = "runs:rec:"
 SHARED_QUEUE: Final = "pi-jobs"
 BULL_PREFIX: Final = "bull"
 WAIT_CHECK_LEASE_PREFIX: Final = "wait:check:"
+# The limits the fleet shares with Node hosts (`core/budget.py`): job-count windows `budget:<day>`, `budget:w:<Monday>`,
+# `budget:m:<month>`, the token counter `budget:t:<day>`, each scope's ledger `budget:s:<hash16>` with the same
+# windows, and a scope's fleet-wide concurrency leases `slot:s:<hash16>:<i>`.
+BUDGET_PREFIX: Final = "budget"
+SCOPE_SLOT_PREFIX: Final = "slot:s:"
 # This port's own keys (a Node fleet neither reads nor writes them): the re-homing lease, and since when each
 # named host has been seen without a live row.
 REHOME_LEASE: Final = "rehome:lease"

@@ -41,6 +41,23 @@ class Reason(StrEnum):
     RUNNER_POLICY = "runner-policy"
     EGRESS_PROXY_MISSING = "egress-proxy-missing"
     EGRESS_PROXY_STOPPED = "egress-proxy-stopped"
+    # the limits the fleet shares with Node hosts (`worker/limits.py`): a window's cap, its hold band, a scope's cap,
+    # the day's tokens; and those only current Node hosts write (dollars, projects, the allocation envelope, the
+    # runner's own policies), known so their records read back as what they say
+    SOFT_HOLD = "soft-hold"
+    SCOPE_CAP = "scope-cap"
+    DAILY_TOKEN_CAP = "daily-token-cap"
+    PROJECT_CAP = "project-cap"
+    DOLLAR_CAP = "dollar-cap"
+    ALLOCATION_CAP = "allocation-cap"
+    CONFIG_REFUSED = "config-refused"
+    COST_CAP = "cost-cap"
+    COST_CAP_UNENFORCEABLE = "cost-cap-unenforceable"
+    JOB_IMAGE_COST_CAP_UNSUPPORTED = "job-image-cost-cap-unsupported"
+    NETNS_KEEPER_NOT_HOLDING = "netns-keeper-not-holding"
+    PROVIDER_AUTH_REFUSED = "provider-auth-refused"
+    MODEL_NOT_ALLOWED = "model-not-allowed"
+    MODEL_POLICY_UNENFORCEABLE = "model-policy-unenforceable"
     # this port's own: the job binds profiles whose egress allowlists differ (PI_EGRESS_PROFILES), never retried
     EGRESS_PROFILES_DIFFER = "egress-profiles-differ"
     # the job's container

@@ -14,7 +14,7 @@ from typing import Any, Final
 from pi_dispatch.core.jobs import FORGE_KINDS, LOCAL_KIND, TRIGGER_TYPES, target_separator
 from pi_dispatch.core.jscompat import MISSING, get, js_string, nullish
 from pi_dispatch.core.reasons import REASONS
-from pi_dispatch.core.runusage import read_tokens, read_usage
+from pi_dispatch.core.runusage import read_context, read_tokens, read_usage
 
 # A reason that is not one of ours is recorded as this rather than copied, because it could carry text
 # from a job's payload.
@@ -110,6 +110,7 @@ def build_record(
         "triggerIndex": _int_or_none(get(matched, "index")),
         "triggerType": trigger_type if isinstance(trigger_type, str) and trigger_type in TRIGGER_TYPES else None,
         "session": _session(source.get("session")),
+        "context": read_context(source.get("context")),  # this port's: how full the agent's context window ended
         "host": host,
     }
 
@@ -140,6 +141,7 @@ _FIELDS: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
     "triggerIndex": (_WHOLE, False),
     "triggerType": (_TEXT, False),
     "session": (_OBJECT, False),
+    "context": (_OBJECT, False),
 }
 REQUIRED_FIELDS: Final = ("jobId", *(field for field, (_, required) in _FIELDS.items() if required), "attempt", "host")
 

@@ -7,10 +7,11 @@ line is telemetry only: it never decides a run's outcome (its exit code does). A
 
 from __future__ import annotations
 
+import codecs
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pi_dispatch.core.jscompat import js_json_parse
@@ -122,6 +123,23 @@ def _parsed(line: str) -> object:
         return None
 
 
+@dataclass
+class StdoutTail:
+    """The last TAIL_CHARS of a container's stdout as it arrives (on the thread following it): what the exit line
+    is read from. A chunk larger than the tail can hold is decoded only as far back as the tail reaches."""
+
+    text: str = ""
+    _decoder: codecs.IncrementalDecoder = field(
+        default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace")
+    )
+
+    def feed(self, chunk: bytes) -> None:
+        if len(chunk) > 4 * TAIL_CHARS:  # no UTF-8 character is longer than 4 bytes
+            self._decoder.reset()
+            chunk, self.text = chunk[-4 * TAIL_CHARS :], ""
+        self.text = (self.text + self._decoder.decode(chunk))[-TAIL_CHARS:]
+
+
 def exit_line(tail: str) -> Mapping[str, Any] | None:
     """The last exit line of `tail` (the last TAIL_CHARS of stdout), its glued lines repaired; None when none is."""
     for raw in reversed(tail[-TAIL_CHARS:].split("\n")):
@@ -149,6 +167,16 @@ class RunUsage:
     context: dict[str, int] | None = None
     code: int | None = None  # the code the runner said it exits with
     reason: str | None = None  # a policy reason, only on a line that says code 2
+
+    @property
+    def total_tokens(self) -> int | None:
+        total = self.tokens.get("total") if self.tokens is not None else None
+        return int(total) if isinstance(total, int | float) and not isinstance(total, bool) else None
+
+    def telemetry(self) -> dict[str, Any]:
+        """The record's fields this line fills (each null when the line did not say it well)."""
+        return {"turns": self.turns, "tokens": self.tokens, "usage": self.usage, "session": self.session,
+                "context": self.context}  # fmt: skip
 
     @classmethod
     def of(cls, tail: str) -> RunUsage:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from pi_dispatch.config.hostvars import EGRESS_PROFILES_DIR, InventoryHost, env_values
+from pi_dispatch.config.hostvars import EGRESS_PROFILES_DIR, LIMIT_FILES, InventoryHost, env_values, limit_file_text
 from pi_dispatch.core.egress import allowlist_text
 from pi_dispatch.core.profiles import VARIABLE, ProfileKind, render_profiles
 from pi_dispatch.demo.store import free_port
@@ -100,6 +100,11 @@ def worker_environment(
     )
     if (source := host.triggers_source) is not None:  # its own copy, as the role installs one beside the env file
         env["PI_TRIGGERS_FILE"] = str(shutil.copyfile(source, folder / "triggers.json"))
+    for role_var, variable in (("scoped_limits", "PI_SCOPED_LIMITS_FILE"), ("pause_windows", "PI_PAUSE_WINDOWS_FILE")):
+        if variable in env:  # the fleet's limit files, written as the role writes them
+            written = folder / LIMIT_FILES[role_var]
+            written.write_text(limit_file_text(host.declared(role_var)))
+            env[variable] = str(written)
     return env, FleetHost.of_inventory(host, hostname)
 
 

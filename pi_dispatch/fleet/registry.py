@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from pi_dispatch.core.budget import LIMITS_ROW_FIELD, LIMITS_ROW_RE
 from pi_dispatch.core.capabilities import CAP_SECRET, CAP_WAIT, ROUTE_FRESH_MS
 from pi_dispatch.core.jscompat import finite, js_number, js_sorted, js_string, utf16_key
 from pi_dispatch.core.keys import HOST_LIVE, REHOME_SILENT, host_row_key
@@ -341,6 +342,7 @@ _ROW_SHAPES: Final = {
     "routes": re.compile(r"true|false"),
     "caps": re.compile(rf"(?:{_TOKEN}(?:,{_TOKEN})*)?"),
     ROW_FIELD: re.compile(rf"(?:{_RUNTIME}(?:,{_RUNTIME})*)?"),
+    LIMITS_ROW_FIELD: LIMITS_ROW_RE,
     "concurrency": re.compile(r"[0-9]*"),
     "pid": re.compile(r"[0-9]*"),
 }

@@ -99,6 +99,10 @@ class PrivateDocker:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+# A test's or a bench's starts are no day's budget: the default daily cap (25) would refuse the 26th job of a run.
+UNCAPPED = "1000000000"
+
+
 def worker_process_env(root: Path, url: str, image: str, name: str, **extra: str) -> dict[str, str]:
     """A `pi-dispatch worker` child's whole environment: its folders under root/<name>, small job limits; extra
     wins."""
@@ -114,6 +118,7 @@ def worker_process_env(root: Path, url: str, image: str, name: str, **extra: str
         "PI_JOB_MEMORY_MB": "64",
         "PI_JOB_CPUS": "0.5",
         "PI_EGRESS": "0",  # no egress proxy of its own: jobs on the daemon's default network
+        "PI_DAILY_CAP": UNCAPPED,
         **extra,
     }
 

@@ -31,6 +31,7 @@ from pi_dispatch.worker.egressgate import RESOLVER_FILE, EgressGate
 from pi_dispatch.worker.history import RunRecorder
 from pi_dispatch.worker.hosthealth import HostHealth
 from pi_dispatch.worker.jobdirs import worker_jobs_dir
+from pi_dispatch.worker.limits import LimitFiles, Limits, read_limit_files
 from pi_dispatch.worker.metrics import WorkerMetrics
 from pi_dispatch.worker.oneshot import OneShots
 from pi_dispatch.worker.output import Outputs
@@ -84,6 +85,7 @@ def assemble(
     beat_ms: int | None = None,
     egress_plan: EgressPlan | None = None,
     runtimes: tuple[RuntimeChoice, str | None] = (RuntimeChoice(), None),
+    limit_files: LimitFiles | None = None,
 ) -> Parts:
     """The parts, each made with what it needs."""
     store, client, clock = connection
@@ -113,8 +115,9 @@ def assemble(
         store_cap = settings.job_log_store_kb * 1024 if settings.job_log_store else None
         outputs = Outputs(settings.logs_dir, name, settings.job_log_mb * 1024 * 1024, store_cap, history, log)
     primary = PrimaryCheck(store) if store.replicated else None
+    limits = Limits(settings, client, now, log, *(limit_files or read_limit_files(settings)))
     attempts = Attempts(
-        settings, runtime, client, recorder, WaitGate(settings, client, now, jitter, log), now, log, plan,
+        settings, runtime, client, recorder, WaitGate(settings, client, now, jitter, log), now, log, plan, limits,
         metrics=metrics, one_shots=OneShots(settings.triggers_file, log), outputs=outputs, health=health,
         primary=primary, egress=egress, runtimes=choice, denials=denials,
     )  # fmt: skip

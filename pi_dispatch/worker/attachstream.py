@@ -11,36 +11,50 @@ from typing import Any, Final
 
 FRAME_HEADER: Final = struct.Struct(">BxxxL")  # the attach stream's frames: stream (1 stdout, 2 stderr), size
 READ_BYTES: Final = 1024 * 1024
+STDOUT: Final = 1
 
 
-def attached_output(sock: Any) -> Iterator[bytes]:
-    """The payloads of an attach stream's frames, in order, as they arrive (several frames a read)."""
+def attached_output(sock: Any) -> Iterator[tuple[bytes, bytes]]:
+    """The payloads of an attach stream's frames as they arrive (several frames a read): all of them in order, and
+    those of stdout alone."""
     from docker.utils.socket import read
 
     buffer = bytearray()
     while chunk := read(sock, READ_BYTES):
         buffer += chunk
-        position, payloads = 0, bytearray()
+        position, payloads, stdout = 0, bytearray(), bytearray()
         while len(buffer) - position >= FRAME_HEADER.size:
-            _, size = FRAME_HEADER.unpack_from(buffer, position)
+            stream, size = FRAME_HEADER.unpack_from(buffer, position)
             end = position + FRAME_HEADER.size + size
             if end > len(buffer):
                 break
             payloads += buffer[position + FRAME_HEADER.size : end]
+            if stream == STDOUT:
+                stdout += buffer[position + FRAME_HEADER.size : end]
             position = end
         del buffer[:position]
         if payloads:
-            yield bytes(payloads)
+            yield bytes(payloads), bytes(stdout)
 
 
-def following(sock: Any, write: Callable[[bytes], object], lost: Callable[[], object], name: str) -> threading.Thread:
-    """A started thread that hands the stream's payloads to `write` as they come and closes the socket at its end;
-    `lost` hears of a stream that ended in an error (a daemon gone ends the stream, never the attempt)."""
+def following(
+    sock: Any,
+    write: Callable[[bytes], object] | None,
+    stdout: Callable[[bytes], object],
+    lost: Callable[[], object],
+    name: str,
+) -> threading.Thread:
+    """A started thread that hands the stream's payloads to `write` (when the output is kept) and stdout's to
+    `stdout` as they come, and closes the socket at its end; `lost` hears of a stream that ended in an error (a
+    daemon gone ends the stream, never the attempt)."""
 
     def follow() -> None:
         try:
-            for data in attached_output(sock):
-                write(data)
+            for data, out in attached_output(sock):
+                if write is not None:
+                    write(data)
+                if out:
+                    stdout(out)
         except Exception:  # broad: a thread's edge, where whatever escapes would go unseen
             lost()
         finally:

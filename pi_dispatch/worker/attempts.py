@@ -28,22 +28,18 @@ from pi_dispatch.core.egressprofiles import OFFLINE_NETWORK, EgressPlan
 from pi_dispatch.core.jobbounds import job_refusal
 from pi_dispatch.core.jobs import CONTAINER_VARIABLES, QueuedJob
 from pi_dispatch.core.jscompat import iso_string
-from pi_dispatch.core.keys import bull_key
+from pi_dispatch.core.keys import BUDGET_PREFIX, bull_key
 from pi_dispatch.core.names import IMAGE_REFERENCE_RE
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.core.records import build_record
 from pi_dispatch.core.runtimes import RuntimeChoice
+from pi_dispatch.core.runusage import RunUsage
+from pi_dispatch.fleet.budgets import Reservation
 from pi_dispatch.fleet.control import cancelled_of
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.store import PrimaryCheck
 from pi_dispatch.infra.valkey import STORE_FAULTS
-from pi_dispatch.worker.containers import (
-    STOP_GRACE_S,
-    ContainerRuntime,
-    DockerUnavailable,
-    ImageMissing,
-    StopRequest,
-)
+from pi_dispatch.worker.containers import STOP_GRACE_S, ContainerRuntime, StopRequest
 from pi_dispatch.worker.denials import DenialWatch, Refusals
 from pi_dispatch.worker.egressgate import EgressDown, EgressGate, EgressWay
 from pi_dispatch.worker.fencing import LockFence
@@ -51,10 +47,19 @@ from pi_dispatch.worker.history import RunRecorder
 from pi_dispatch.worker.hosthealth import HostHealth, unwritable
 from pi_dispatch.worker.jobdirs import write_job_dir
 from pi_dispatch.worker.jobplace import JobPlace
-from pi_dispatch.worker.jobspec import Launch, attempts_made, container_spec
+from pi_dispatch.worker.jobspec import Launch, attempts_made, container_spec, queue_of
+from pi_dispatch.worker.limits import Limits
 from pi_dispatch.worker.metrics import WorkerMetrics
 from pi_dispatch.worker.oneshot import OneShots
-from pi_dispatch.worker.outcomes import JobFailure, PutBack, TakeUnconfirmed, container_result
+from pi_dispatch.worker.outcomes import (
+    ContainerEnd,
+    DockerUnavailable,
+    ImageMissing,
+    JobFailure,
+    PutBack,
+    TakeUnconfirmed,
+    container_result,
+)
 from pi_dispatch.worker.output import Outputs, RunningOutput
 from pi_dispatch.worker.scripts import InfraRetry, Refusal
 from pi_dispatch.worker.secrets import SecretsGate
@@ -64,12 +69,6 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from pi_dispatch.config.worker_settings import WorkerSettings
-
-
-def queue_of(job: Any) -> str:
-    """The queue a job was taken from (BullMQ keeps its Worker on the job; the Worker is named after its queue)."""
-    name = getattr(getattr(job, "queue", None), "name", None)
-    return name if isinstance(name, str) else ""
 
 
 @dataclass
@@ -85,6 +84,7 @@ class Attempts:
     now: Callable[[], int]
     log: EventLog
     egress_plan: EgressPlan  # the network each job joins by the profiles it binds
+    limits: Limits  # the pause windows, scope slots and windows a start is counted in (`limits.py`)
     draining: asyncio.Event = field(default_factory=asyncio.Event)
     aborting: asyncio.Event = field(default_factory=asyncio.Event)
     running: dict[str, StopRequest] = field(default_factory=dict)  # job id -> its container's stop, while it runs
@@ -143,7 +143,8 @@ class Attempts:
             self.log("job_put_back", {"jobId": str(job.id), "queue": queue})
             raise DelayedError() from None
         except JobFailure as failure:
-            self.record(job, data, started, None, {"reason": failure.reason, "exitCode": failure.exit_code})
+            failed = {"reason": failure.reason, "exitCode": failure.exit_code, **failure.telemetry}
+            self.record(job, data, started, None, failed)
             self.log(
                 "job_failed", {"jobId": str(job.id), "queue": queue, "reason": failure.reason, "retry": failure.retry}
             )
@@ -214,6 +215,7 @@ class Attempts:
         if self.primary is not None and not await self.primary.holds(bull_key(queue, f"{job.id}:lock"), token):
             raise TakeUnconfirmed  # before any gate: nothing is spent on a take the store may not keep
         await self._unless_cancelled(str(job.id), ask_store=True)
+        await self.limits.unless_paused(job, token, data)  # a paused job waits: nothing recorded, nothing spent
         if bound := job_refusal(job.data):
             return self._refused(job, Refusal(bound))
         if refused := self.secrets.refusal(data):
@@ -232,13 +234,18 @@ class Attempts:
                 return self._refused(job, refused)
         self._unless_draining()  # the job's slot was taken with it (`pickup.py`)
         await self._unless_cancelled(str(job.id))
-        way = await self._egress_way(network)
-        with self.metrics.timed_gate("resolver"):
-            secrets = await self.secrets.resolve(data)
-        if isinstance(secrets, Refusal):
-            return self._refused(job, secrets)
-        fence = LockFence(self.client, queue, str(job.id), token, self.settings.lock_duration_ms)
-        return await self._run_container(job, Launch(image, secrets, way, network, runtime), data, fence)
+        async with self.limits.scope_slot(job, token, data):  # a busy scope: the job waits, never refused
+            way = await self._egress_way(network)
+            with self.metrics.timed_gate("resolver"):
+                secrets = await self.secrets.resolve(data)
+            if isinstance(secrets, Refusal):
+                return self._refused(job, secrets)
+            reservation = await self.limits.reserve(str(job.id), data)  # the token cap, then the windows
+            if isinstance(reservation, Refusal):
+                return self._refused(job, reservation)
+            fence = LockFence(self.client, queue, str(job.id), token, self.settings.lock_duration_ms)
+            launch = Launch(image, secrets, way, network, runtime)
+            return await self._run_container(job, launch, data, fence, reservation)
 
     def _host_fault(self, reason: str) -> NoReturn:
         """A cause on this host's side: the host is marked unhealthy and the job goes back, its attempt unspent."""
@@ -293,7 +300,7 @@ class Attempts:
         return image
 
     async def _run_container(
-        self, job: QueuedJob, launch: Launch, data: Mapping[str, Any], fence: LockFence
+        self, job: QueuedJob, launch: Launch, data: Mapping[str, Any], fence: LockFence, reservation: Reservation
     ) -> dict[str, object]:
         settings, job_id, image = self.settings, str(job.id), launch.image
         try:
@@ -312,12 +319,19 @@ class Attempts:
 
         watching = asyncio.ensure_future(fence.watch())
         watching.add_done_callback(kill_when_fenced)
-        started = time.monotonic()
+        began = time.monotonic()
         output = await self._output(job_id, launch.secrets)
         watched = self.denials if launch.way is not None else None
+        told = watched.started(job_id, str(data.get("secretsProfile") or "")) if watched is not None else None
+        ran: list[str] = []  # the container's id once it started: a start that never happened is given back
+
+        async def started(container_id: str) -> None:
+            ran.append(container_id)
+            if told is not None:
+                await told(container_id)
+
         try:
-            told = watched.started(job_id, str(data.get("secretsProfile") or "")) if watched is not None else None
-            end = await self.runtime.run(spec, output=output.sink if output else None, stop=stop, started=told)
+            end = await self.runtime.run(spec, output=output.sink if output else None, stop=stop, started=started)
         except ImageMissing:
             if image == settings.job_image:  # the host's own image gone: the host's fault, not the job's
                 self._host_fault("PI_JOB_IMAGE is not on this host")
@@ -329,17 +343,31 @@ class Attempts:
         finally:
             watching.cancel()
             await self._after_run(job_id, job_dir, output, watched)
-        await self._unless_cancelled(job_id, exit_code=end.exit_code)
-        if fence.lost.is_set():  # whatever the container said, another worker may run this job now
-            self.log("job_fenced", {"jobId": job_id, "reason": fence.reason})
-            raise JobFailure(Reason.LOCK_LOST, end.exit_code, retry=True)
+            if not ran:
+                await self.limits.unspent(reservation)
+        return await self._ended(job_id, end, fence, reservation, (began, data.get("flow")))
+
+    async def _ended(
+        self, job_id: str, end: ContainerEnd, fence: LockFence, reservation: Reservation, run: tuple[float, object]
+    ) -> dict[str, object]:
+        """The result of a container that ended, with what its exit line says it used, its tokens counted."""
+        began, flow = run
+        usage = RunUsage.of(end.stdout_tail)  # telemetry only: the exit code alone decides the outcome
+        await self.limits.count_tokens(job_id, usage.total_tokens)
+        self.metrics.used(flow, usage)
+        telemetry = usage.telemetry() | {"budgetReserved": reservation.holds(BUDGET_PREFIX)}
         try:
+            await self._unless_cancelled(job_id, exit_code=end.exit_code)
+            if fence.lost.is_set():  # whatever the container said, another worker may run this job now
+                self.log("job_fenced", {"jobId": job_id, "reason": fence.reason})
+                raise JobFailure(Reason.LOCK_LOST, end.exit_code, retry=True)
             result = container_result(end)
-        except JobFailure:
-            self.metrics.ran("failed", time.monotonic() - started)
+        except JobFailure as failure:
+            failure.telemetry = telemetry
+            self.metrics.ran("failed", time.monotonic() - began)
             raise
-        self.metrics.ran(str(result["outcome"]), time.monotonic() - started)
-        return result
+        self.metrics.ran(str(result["outcome"]), time.monotonic() - began)
+        return result | telemetry
 
     async def _after_run(
         self, job_id: str, job_dir: Path, output: RunningOutput | None, watched: DenialWatch | None

@@ -24,12 +24,12 @@ import docker.errors
 import requests.exceptions
 from docker.types import LogConfig
 
-from pi_dispatch.core.errors import PiDispatchError
 from pi_dispatch.core.reasons import ExitCode
+from pi_dispatch.core.runusage import StdoutTail
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.valkey import STORE_FAULTS
 from pi_dispatch.worker.attachstream import following
-from pi_dispatch.worker.outcomes import ContainerEnd
+from pi_dispatch.worker.outcomes import ContainerEnd, DockerUnavailable, ImageMissing
 
 if TYPE_CHECKING:
     from pi_dispatch.worker.output import AttemptOutput
@@ -48,6 +48,7 @@ FOLLOW_GRACE_S: Final = 10.0  # how long the last of a container's output may ta
 
 T = TypeVar("T")
 Started = Callable[[str], Awaitable[None]]  # told the id of a job's container once it has started
+Sink = Callable[[bytes], object]  # takes a container's output as it comes
 
 
 def _log_config(spec: ContainerSpec) -> LogConfig:
@@ -62,14 +63,6 @@ def listed_labels(container: Any) -> dict[str, str]:
     """A listed container's labels (a sparse listing has them at the top, as the daemon's list gives them)."""
     labels = container.attrs.get("Labels")
     return labels if isinstance(labels, dict) else {}
-
-
-class DockerUnavailable(PiDispatchError):
-    """The Docker daemon cannot be reached; worth another attempt, never the job's fault."""
-
-
-class ImageMissing(PiDispatchError):
-    """The job's image is not on this host."""
 
 
 @dataclass(frozen=True)
@@ -285,7 +278,8 @@ class ContainerRuntime:
         stop: StopRequest,
         started: Started | None,
     ) -> ContainerEnd:
-        follower = await self._attach(container, output, spec) if output is not None else None
+        tail = StdoutTail()  # attached with no output kept too: the exit line is read from it either way
+        follower = await self._attach(container, output.write if output is not None else None, tail.feed, spec)
         try:
             await self._call(container.start)
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
@@ -301,7 +295,7 @@ class ContainerRuntime:
         oom = code not in (ExitCode.OK, ExitCode.POLICY) and not (timed_out or stopped) and await self._oom(container)
         if oom:
             self.log("job_oom_killed", {"jobId": spec.job_id, "memoryMb": spec.memory_mb, "exitCode": code})
-        return ContainerEnd(code, timed_out=timed_out, aborted=stopped, oom_killed=oom)
+        return ContainerEnd(code, timed_out=timed_out, aborted=stopped, oom_killed=oom, stdout_tail=tail.text)
 
     async def _oom(self, container: Any) -> bool:
         """Whether the kernel killed a process of the ended container for its memory limit (Docker's OOMKilled)."""
@@ -312,8 +306,10 @@ class ContainerRuntime:
         state = container.attrs.get("State") if isinstance(container.attrs, Mapping) else None
         return isinstance(state, Mapping) and state.get("OOMKilled") is True
 
-    async def _attach(self, container: Any, output: AttemptOutput, spec: ContainerSpec) -> threading.Thread | None:
-        """A thread that hands the container's stdout and stderr, in order, to the attempt's sink as they come.
+    async def _attach(
+        self, container: Any, write: Sink | None, stdout: Sink, spec: ContainerSpec
+    ) -> threading.Thread | None:
+        """A thread handing the container's output, in order, to the attempt's sink and its stdout to the tail.
 
         Attached before the start, so nothing is missed; the attach stream carries the output as the container
         writes it, in large frames, where the logs endpoint would decode the log driver's file line by line
@@ -323,9 +319,8 @@ class ContainerRuntime:
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             self.log("container_logs_unreadable", {"jobId": spec.job_id})
             return None
-
         lost = partial(self.log, "container_logs_unreadable", {"jobId": spec.job_id})
-        return following(sock, output.write, lost, name=f"output-{spec.job_id[:32]}")
+        return following(sock, write, stdout, lost, name=f"output-{spec.job_id[:32]}")
 
     async def _await_end(
         self, container: Any, spec: ContainerSpec, deadline: float, stop: StopRequest

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pi_dispatch.infra.events import EventLog
 
 # What the worker reads of its settings besides their fields.
-SETTINGS_PROPERTIES: Final = ("worker_name_declared", "jobs_network", "egress_network")
+SETTINGS_PROPERTIES: Final = ("worker_name_declared", "jobs_network", "egress_network", "job_caps")
 
 
 def checked_settings(env_file: Path | None) -> WorkerSettings:
@@ -93,10 +93,12 @@ async def serve(settings: WorkerSettings, log: EventLog, stop: asyncio.Event) ->
     from pi_dispatch.worker.containers import ContainerRuntime
     from pi_dispatch.worker.egressproxy import egress_plan
     from pi_dispatch.worker.lifecycle import Worker
+    from pi_dispatch.worker.limits import read_limit_files
 
     plan = egress_plan(settings)  # the profiles' lists read once (a config error raises here, before Docker)
+    limit_files = read_limit_files(settings)  # so are the scoped limits and the pause windows
     runtime = await asyncio.to_thread(
         ContainerRuntime.connect, settings.worker_name, settings.concurrency, log, store_of(settings).fleet_id()
     )
     log("worker_config", settings_summary(settings))
-    return await Worker(settings, runtime, log, egress_plan=plan).run(stop)
+    return await Worker(settings, runtime, log, egress_plan=plan, limit_files=limit_files).run(stop)

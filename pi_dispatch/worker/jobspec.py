@@ -16,6 +16,12 @@ if TYPE_CHECKING:
     from pi_dispatch.config.worker_settings import WorkerSettings
 
 
+def queue_of(job: Any) -> str:
+    """The queue a job was taken from (BullMQ keeps its Worker on the job; the Worker is named after its queue)."""
+    name = getattr(getattr(job, "queue", None), "name", None)
+    return name if isinstance(name, str) else ""
+
+
 def attempts_made(job: QueuedJob) -> int:
     return job.attemptsMade if isinstance(job.attemptsMade, int) else 0
 

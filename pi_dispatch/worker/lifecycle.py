@@ -47,6 +47,7 @@ from pi_dispatch.worker.containers import STOP_GRACE_S, ContainerRuntime
 from pi_dispatch.worker.cron import CronSchedules
 from pi_dispatch.worker.history import RunRecorder, reap_logs
 from pi_dispatch.worker.jobdirs import clear_job_dirs
+from pi_dispatch.worker.limits import LimitFiles
 from pi_dispatch.worker.metrics import WorkerMetrics
 from pi_dispatch.worker.status import StatusLine
 from pi_dispatch.worker.upkeep import Upkeep, UpkeepParts
@@ -79,6 +80,7 @@ class Worker:
     stuck_after_s: float = CONSUMER_STUCK_S
     idle_poll_s: float = IDLE_POLL_S
     egress_plan: EgressPlan | None = None  # the network each job joins by its profiles (None: PI_JOB_NETWORK's)
+    limit_files: LimitFiles | None = None  # the scoped limits and pause windows as read at boot (None: read here)
     metrics: WorkerMetrics = field(init=False)
     status: StatusLine = field(default_factory=StatusLine, init=False)
     stuck: bool = field(default=False, init=False)
@@ -142,7 +144,10 @@ class Worker:
         parts = self.parts = assemble(
             settings, self.runtime, (store, client, clock), triggers=triggers, metrics=self.metrics, log=self.log,
             hooks=hooks, jitter=self.jitter, beat_ms=self.beat_ms, egress_plan=self.egress_plan, runtimes=runtimes,
+            limit_files=self.limit_files,
         )  # fmt: skip
+        await parts.attempts.limits.sweep_claims(reaped=True)  # the reap above listed this host's containers
+        parts.attempts.limits.watch()
         self.metrics.start(
             settings.metrics_addr, lambda: len(self.running), settings.concurrency, lambda: parts.control.draining,
             self.log,
@@ -197,7 +202,7 @@ class Worker:
             epoch=parts.epoch, cron=parts.cron, status=self.status, runtime=self.runtime, stealer=pickup.stealer,
             queues=self.queues, concurrency=self.settings.concurrency, running=lambda: len(self.running),
             last_poll_ms=lambda: max((bull.polled_at_ms for bull in self.bullmq_workers), default=0),
-            move_own_queue=self._move_own_queue, now=parts.clock.now,
+            move_own_queue=self._move_own_queue, now=parts.clock.now, limits=parts.attempts.limits,
         )  # fmt: skip
 
     async def _wind_down(self, watch: TriggerWatch | None, supervisor: Supervisor) -> None:
@@ -208,6 +213,7 @@ class Worker:
         parts.control.close()
         if watch is not None:
             watch.stop()
+        parts.attempts.limits.stop()
         await parts.cron.close()
         await self._drain()
         await supervisor.close()
@@ -350,7 +356,7 @@ class Worker:
         held = len(self.pickup.held) if self.pickup is not None else 0
         progress = progress_facts(self.bullmq_workers, parts.attempts.running_since, concurrency, self.stuck, held)
         facts = progress | dict(parts.cron.row_facts()) | parts.control.row_facts() | dict(parts.clock.row_facts())
-        return facts | dict(parts.health.row_facts())
+        return facts | dict(parts.health.row_facts()) | parts.attempts.limits.row_facts()
 
     async def _move_own_queue(self) -> int:
         """A drain's move: what waits on this host's own queue, to live capable peers (a nameless host has none)."""

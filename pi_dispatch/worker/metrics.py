@@ -8,11 +8,14 @@ address the worker keeps no metrics at all: each hook returns at once.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from pi_dispatch.core.runusage import RunUsage
+from pi_dispatch.fleet.limitview import WindowUse
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.metrics import new_registry
 from pi_dispatch.infra.valkey import STORE_FAULTS, describe
@@ -29,6 +32,26 @@ DONE_OUTCOMES: Final = {"completed": "completed", "policy": "refused", "failed":
 QUEUE_STATES: Final = ("waiting", "delayed", "active", "prioritized", "failed")
 DURATION_BUCKETS: Final = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, float("inf"))
 GATE_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, float("inf"))
+MAX_LABEL_VALUES: Final = 64  # a label's values from job data or a job's output: bounded, so a job cannot flood them
+LABEL_VALUE_RE: Final = re.compile(r"[A-Za-z0-9@~][A-Za-z0-9._:/@~+-]{0,99}")
+
+
+@dataclass
+class BoundedLabels:
+    """Label values a job chose (its flow, the models its runner named): each well formed and at most `most` of a
+    kind; anything else is `other`."""
+
+    most: int
+    seen: dict[str, set[str]] = field(default_factory=dict)
+
+    def of(self, kind: str, value: object) -> str:
+        known = self.seen.setdefault(kind, set())
+        if not isinstance(value, str) or not LABEL_VALUE_RE.fullmatch(value):
+            return "other"
+        if value not in known and len(known) >= self.most:
+            return "other"
+        known.add(value)
+        return value
 
 
 @dataclass
@@ -38,6 +61,7 @@ class WorkerMetrics:
     enabled: bool = True
     registry: Any = None
     _server: Any = field(default=None, repr=False)
+    _labels: BoundedLabels = field(default_factory=lambda: BoundedLabels(MAX_LABEL_VALUES), repr=False)
 
     def __post_init__(self) -> None:
         if not self.enabled:
@@ -125,6 +149,28 @@ class WorkerMetrics:
             "1 when the primary took over from another since it started (a failover happened).",
             registry=registry,
         )
+        self.run_tokens = Counter(
+            "pi_dispatch_run_tokens",
+            "Tokens runs' exit lines reported, by flow and model (at most 64 of each; the rest `other`).",
+            ["flow", "model"],
+            registry=registry,
+        )
+        self.run_cost = Counter(
+            "pi_dispatch_run_cost_dollars",
+            "What runs' exit lines said they cost in US dollars (the runner's meter), by flow and model.",
+            ["flow", "model"],
+            registry=registry,
+        )
+        self.limit_used = Gauge(
+            "pi_dispatch_limit_used",
+            "Each limit window's count now (ledger budget: the fleet's starts; budget:t: tokens; budget:s:<hash16>: a "
+            "scope's), read each beat.",
+            ["ledger", "window"],
+            registry=registry,
+        )
+        self.limit_cap = Gauge(
+            "pi_dispatch_limit_cap", "Each capped window's cap on this host.", ["ledger", "window"], registry=registry
+        )
         self.gate_duration = Histogram(
             "pi_dispatch_gate_duration_seconds",
             "Pre-spend gates: secret resolution and wait checks.",
@@ -170,6 +216,30 @@ class WorkerMetrics:
         """A container's run, under the outcome label `pi_dispatch_jobs_total` counts it by."""
         if self.enabled:
             self.duration.labels(DONE_OUTCOMES.get(outcome, outcome)).observe(seconds)
+
+    def used(self, flow: object, usage: RunUsage) -> None:
+        """A run's tokens and cost as its exit line said them: per model from its ledger, else as one total."""
+        if not self.enabled:
+            return
+        flow_label = self._labels.of("flow", flow)
+        models = (usage.usage or {}).get("models") or []
+        if models:
+            for row in models:
+                model = self._labels.of("model", f"{row.get('provider')}/{row.get('model')}")
+                self.run_tokens.labels(flow_label, model).inc(max(0, row.get("total") or 0))
+                self.run_cost.labels(flow_label, model).inc(max(0, row.get("cost") or 0))
+        elif usage.tokens is not None:
+            self.run_tokens.labels(flow_label, "unknown").inc(max(0, usage.total_tokens or 0))
+            cost = usage.tokens.get("cost")
+            self.run_cost.labels(flow_label, "unknown").inc(cost if isinstance(cost, int | float) and cost > 0 else 0)
+
+    def limits(self, uses: Sequence[WindowUse]) -> None:
+        """Each window's count and this host's cap, as read this beat."""
+        if self.enabled:
+            for use in uses:
+                self.limit_used.labels(use.ledger, use.window).set(use.used)
+                if use.cap is not None:
+                    self.limit_cap.labels(use.ledger, use.window).set(use.cap)
 
     def idled(self, slot_seconds: float) -> None:
         if self.enabled:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pi_dispatch.core.errors import PiDispatchError
 from pi_dispatch.core.reasons import ExitCode, Outcome, Reason, job_result
 
 
@@ -19,7 +20,16 @@ class JobFailure(Exception):
 
     def __init__(self, reason: Reason, exit_code: int | None = None, *, retry: bool) -> None:
         self.reason, self.exit_code, self.retry = reason, exit_code, retry
+        self.telemetry: dict[str, object] = {}  # what a container that ran said it used, for the record
         super().__init__(reason if exit_code is None else f"{reason} (exit {exit_code})")
+
+
+class DockerUnavailable(PiDispatchError):
+    """The Docker daemon cannot be reached; worth another attempt, never the job's fault."""
+
+
+class ImageMissing(PiDispatchError):
+    """The job's image is not on this host."""
 
 
 class PutBack(Exception):
@@ -54,3 +64,4 @@ class ContainerEnd:
     timed_out: bool = False
     aborted: bool = False
     oom_killed: bool = False  # the kernel killed a process of the job for passing the container's memory limit
+    stdout_tail: str = ""  # the last of its stdout, where the runner's exit line is (`core/runusage.py`)

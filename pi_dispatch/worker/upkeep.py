@@ -24,6 +24,7 @@ from pi_dispatch.worker.control import Control
 from pi_dispatch.worker.cron import CronSchedules
 from pi_dispatch.worker.history import RunRecorder
 from pi_dispatch.worker.hosthealth import HostHealth
+from pi_dispatch.worker.limits import Limits
 from pi_dispatch.worker.metrics import WorkerMetrics
 from pi_dispatch.worker.status import StatusLine
 from pi_dispatch.worker.storememory import StoreMemoryWatch
@@ -61,6 +62,7 @@ class UpkeepParts:
     last_poll_ms: Callable[[], int]  # when a consumer last asked its queue for work
     move_own_queue: Callable[[], Awaitable[int]]
     now: Callable[[], int]
+    limits: Limits
 
 
 @dataclass
@@ -121,6 +123,7 @@ class Upkeep:
         parts = self.parts
         if parts.metrics.enabled:
             await parts.metrics.measure(parts.client, parts.queues, parts.registry.last_beat_ms, parts.last_poll_ms())
+            parts.metrics.limits(await parts.limits.windows())
 
     async def _health(self) -> None:
         """The host's own health probed; while it is unhealthy what waits on its own queue goes to peers, as a

@@ -18,8 +18,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from redis.exceptions import LockError
-
 from pi_dispatch.core.jobs import FORGE_KINDS, QueuedJob, target_separator
 from pi_dispatch.core.keys import WAIT_CHECK_LEASE_PREFIX
 from pi_dispatch.core.reasons import Reason
@@ -37,8 +35,9 @@ from pi_dispatch.core.waits import (
     read_conditions,
 )
 from pi_dispatch.fleet.epoch import store_epoch
+from pi_dispatch.fleet.lease import LEASE_OP_TIMEOUT_S, FleetLease, Lease
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.valkey import STORE_FAULTS, bounded
+from pi_dispatch.infra.valkey import STORE_FAULTS
 from pi_dispatch.worker.scripts import Refusal, is_argument, run_wait_check, usable_script
 
 if TYPE_CHECKING:
@@ -48,7 +47,6 @@ if TYPE_CHECKING:
 
 ABORTED_RECHECK_MS: Final = 1_000
 MAX_TARGET_CHARS: Final = 1_024
-LEASE_OP_TIMEOUT_S: Final = 2
 UNLEASED: Final = ""  # the epoch of a check slot that took no fleet lease (no declared worker name)
 
 
@@ -78,11 +76,13 @@ class WaitGate:
     log: EventLog = discard
     slots: asyncio.Semaphore = field(init=False)
     bounds: WaitBounds = field(init=False)
+    lease: FleetLease = field(init=False)
 
     def __post_init__(self) -> None:
         settings = self.settings
         # one slot is always left for running jobs, so checks never starve the machine
         self.slots = asyncio.Semaphore(min(settings.wait_check_slots, max(1, settings.concurrency - 1)))
+        self.lease = FleetLease(self.client, settings.worker_name)
         self.bounds = WaitBounds(
             settings.wait_interval_ms, settings.wait_max_ms, settings.wait_max_checks, settings.wait_max_faults
         )
@@ -120,7 +120,7 @@ class WaitGate:
         if not is_argument(target, MAX_TARGET_CHARS):
             return Refusal(Reason.JOB_TARGET_INVALID)
         state = HoldState.from_data(data.get(HOLD_KEY))
-        decision = await self.run_checks(conditions.profiles, target)
+        decision = await self.run_checks(conditions.profiles, target, str(job.id))
         if decision is None:
             step = after_denied_slot(state, self.now(), self.bounds, self.jitter())
             if step.reason:
@@ -137,9 +137,9 @@ class WaitGate:
         await self._hold(job, token, data, step.state, self.now() + step.delay_ms)
         return None  # not reached: _hold raises
 
-    async def run_checks(self, profiles: tuple[str, ...], target: str) -> WaitDecision | None:
+    async def run_checks(self, profiles: tuple[str, ...], target: str, job_id: str) -> WaitDecision | None:
         """The profiles' checks under a check slot: their decision, or None when no slot was free."""
-        async with self._check_slot(len(profiles)) as epoch:
+        async with self._check_slot(len(profiles), job_id) as epoch:
             if epoch is None:
                 return None
             return await self._check_all(profiles, target, epoch)
@@ -162,9 +162,10 @@ class WaitGate:
         return decision
 
     @contextlib.asynccontextmanager
-    async def _check_slot(self, profiles: int) -> AsyncIterator[str | None]:
-        """A local check slot, and with a declared name a fleet lease `wait:check:<i>`; yields the store epoch the
-        lease was granted under (UNLEASED without one), or None when no slot was free."""
+    async def _check_slot(self, profiles: int, job_id: str) -> AsyncIterator[str | None]:
+        """A local check slot, and with a declared name a fleet lease `wait:check:<i>` (the reference's protocol,
+        `fleet/lease.py`); yields the store epoch the lease was granted under (UNLEASED without one), or None when
+        no slot was free."""
         if self.slots.locked():
             yield None
             return
@@ -172,28 +173,29 @@ class WaitGate:
             if not self.settings.worker_name_declared:
                 yield UNLEASED
                 return
-            ttl_s = (profiles + 1) * self.settings.wait_check_timeout_ms / 1000
-            lease = await self._lease(ttl_s)
+            ttl_ms = (profiles + 1) * self.settings.wait_check_timeout_ms
+            lease = await self._lease(ttl_ms, job_id)
             try:
-                yield None if lease is None else lease[1]
+                yield None if lease is None or lease[0].key is None else lease[1]
             finally:
                 if lease is not None:
-                    with contextlib.suppress(*STORE_FAULTS, LockError):  # away, or the lease already lapsed
-                        await bounded(lease[0].release(), LEASE_OP_TIMEOUT_S)
+                    with contextlib.suppress(*STORE_FAULTS):  # away: the lease's TTL ends it
+                        await self.lease.release(lease[0])
 
-    async def _lease(self, ttl_s: float) -> tuple[Any, str] | None:
+    async def _lease(self, ttl_ms: int, job_id: str) -> tuple[Lease, str] | None:
         """A free fleet check lease and the epoch it is granted under (read first: a failover between the two
-        reads leaves the lease under the older epoch, so it is distrusted at once rather than trusted wrongly)."""
-        for index in range(self.settings.wait_check_slots):
-            lock = self.client.lock(f"{WAIT_CHECK_LEASE_PREFIX}{index}", timeout=ttl_s, blocking=False)
-            try:
-                epoch = await store_epoch(self.client, LEASE_OP_TIMEOUT_S)
-                if epoch is not None and await bounded(lock.acquire(), LEASE_OP_TIMEOUT_S):
-                    return lock, epoch
-            except STORE_FAULTS as error:
-                self.log("wait_lease_unreachable", {"reason": type(error).__name__})
+        reads leaves the lease under the older epoch, so it is distrusted at once rather than trusted wrongly). A
+        fault grants nothing: the slots it may have taken are released, and the job waits."""
+        slots = self.settings.wait_check_slots
+        try:
+            epoch = await store_epoch(self.client, LEASE_OP_TIMEOUT_S)
+            if epoch is None:
                 return None
-        return None
+            lease = await self.lease.acquire(WAIT_CHECK_LEASE_PREFIX, slots, job_id, ttl_ms)
+        except STORE_FAULTS as error:
+            self.log("wait_lease_unreachable", {"reason": type(error).__name__})
+            return self.lease.unsure(WAIT_CHECK_LEASE_PREFIX, slots, job_id), ""
+        return (lease, epoch) if lease is not None else None
 
     async def _lease_trusted(self, epoch: str) -> bool:
         """Whether the store still has the epoch the lease was granted under (always, without a fleet lease)."""

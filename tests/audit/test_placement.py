@@ -219,7 +219,9 @@ def test_a_capable_host_idle_while_routed_work_waits_past_its_stealing_delay_is_
 
 def test_every_finding_code_has_a_fixture() -> None:
     source = "".join((Path(__file__).parent / name).read_text() for name in ("test_placement.py", "test_cron.py"))
-    source += "".join((Path(__file__).parent / name).read_text() for name in ("test_egress.py", "test_sandbox.py"))
+    source += "".join(
+        (Path(__file__).parent / name).read_text() for name in ("test_egress.py", "test_sandbox.py", "test_limits.py")
+    )
     assert [code for code in CODES if f'"{code}"' not in source] == []
 
 

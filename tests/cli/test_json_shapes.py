@@ -89,6 +89,7 @@ async def test_each_json_output_validates_against_its_schema(
     assert mini1["concurrency"] == 2 and mini1["routes"] is True and mini1["caps"] == ["s:prod", "w:ci", "w:nightly"]
     assert route["queue"] == "pi-jobs@mini1" and enqueued["added"] and enqueued["queue"] == "pi-jobs@mini1"
     assert [(receiver["name"], receiver["spoolEntries"]) for receiver in top["receivers"]] == [("edge:3000", 2)]
+    valid("cli-limits", json.dumps(top["limits"]))  # the same shape as `limits --json`
     assert [row["name"] for row in top["hosts"]] == ["mini1", "mini2", "mini3"] and runs["runs"][0][
         "jobId"
     ] == "gh-done"

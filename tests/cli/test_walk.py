@@ -43,6 +43,7 @@ def bad_inputs(job_file: Path, down: str) -> dict[tuple[str, ...], list[list[str
     store_reads: dict[tuple[str, ...], list[str]] = {
         ("top",): ["--once"],
         ("hosts",): [],
+        ("limits",): [],
         ("runs",): [],
         ("job",): ["gh-1"],
         ("logs",): ["gh-1"],
@@ -63,6 +64,7 @@ def bad_inputs(job_file: Path, down: str) -> dict[tuple[str, ...], list[list[str
     walked[("init",)] = [["init", "--triggers", MISSING]]
     walked[("demo",)] = [["demo", "-i", MISSING]]
     walked[("worker",)] = [["worker", "--env-file", MISSING]]
+    walked[("limits",)] += [["limits", "--env-file", MISSING]]
     walked[("job-network",)] = [["job-network", "--deny", MISSING, "--check"]]  # not an address: refused first
     walked[("egress-proxy",)] = [["egress-proxy", "--env-file", MISSING]]  # refused before anything is touched
     walked[("runtime-reap",)] = [["runtime-reap", MISSING]]  # it takes no argument: refused before containerd is asked

@@ -33,6 +33,7 @@ FIELDS = [
     "triggerIndex",
     "triggerType",
     "session",
+    "context",
     "host",
 ]
 

@@ -34,6 +34,7 @@ SAYS = {
     "pi-dispatch enqueue --job inventory.example/jobs/deploy.json": ["pi-jobs@mini1"],
     "pi-dispatch enqueue --job inventory.example/jobs/ticks.json": ["gh-docs-3"],
     "pi-dispatch hosts": ["mini1", "mini2", "mini3", "s:prod"],
+    "pi-dispatch limits": ["fleet", "3 live hosts run with the same limits"],
     "pi-dispatch top": ["mini1", "mini2", "mini3", "pi-jobs@mini1", "Latest runs"],  # a pipe gets one frame
     "pi-dispatch audit -i inventory.example/hosts.yml --triggers inventory.example/triggers.json --simulate": [
         "profile-hosts-down"
@@ -110,6 +111,8 @@ def test_the_reference_names_each_settings_host_variable_and_every_reason() -> N
     rendered_from = {  # the role renders them from a file, or from lists it writes
         "PI_TRIGGERS_FILE": "pi_dispatch_worker_triggers_source",
         "PI_EGRESS_PROFILES": "(rendered from `pi_dispatch_worker_egress_profiles`)",
+        "PI_SCOPED_LIMITS_FILE": "(rendered from `pi_dispatch_worker_scoped_limits`)",
+        "PI_PAUSE_WINDOWS_FILE": "(rendered from `pi_dispatch_worker_pause_windows`)",
     }
     for variable, (name, info) in fields_by_variable().items():
         declared = host_variable(name, info)

@@ -18,6 +18,7 @@ from pi_dispatch.config.sources import HostFacts
 from pi_dispatch.config.worker_settings import WorkerSettings, load_settings
 from pi_dispatch.infra.events import Recorder
 from pi_dispatch.infra.valkey import fleet_id
+from pi_dispatch.testing.services import UNCAPPED
 from pi_dispatch.worker.containers import ContainerRuntime
 from pi_dispatch.worker.entry import frozen_settings
 from pi_dispatch.worker.lifecycle import Worker
@@ -41,6 +42,7 @@ def worker_env(tmp: Path, valkey_url: str, image: str, name: str | None, **extra
         "PI_JOB_CPUS": "0.5",
         "PI_METRICS_ADDR": "",  # off: test workers would otherwise share the default port
         "PI_EGRESS": "0",  # a test of egress turns it on with an egress network and proxy of its own
+        "PI_DAILY_CAP": UNCAPPED,  # a test of the limits sets its own caps
     }
     if name:
         env["PI_WORKER_NAME"] = name
@@ -130,10 +132,11 @@ async def job_in_state(queue: Any, job_id: str, states: tuple[str, ...], timeout
 class ContainerWatch:
     """Polls the daemon for a job's running containers, so a test can say none ever ran twice at once."""
 
-    def __init__(self, docker_client: Any, job_id: str, interval_s: float = 0.1) -> None:
+    def __init__(self, docker_client: Any, job_id: str, interval_s: float = 0.1, label: str | None = None) -> None:
         from pi_dispatch.worker.containers import LABEL_JOB
 
-        self.docker, self.label, self.interval_s = docker_client, f"{LABEL_JOB}={job_id}", interval_s
+        self.docker, self.interval_s = docker_client, interval_s
+        self.label = label or f"{LABEL_JOB}={job_id}"  # or any label: every container carrying it
         self.most = self.samples = 0
         self.seen: set[str] = set()
         self._stop = threading.Event()
@@ -149,6 +152,14 @@ class ContainerWatch:
                 self.most = max(self.most, len(running))
                 self.seen.update(container.id for container in running)
             self._stop.wait(self.interval_s)
+
+    async def started(self, timeout_s: float = CEILING_S) -> None:
+        """Once a watched container has been seen running."""
+        deadline = time.monotonic() + timeout_s
+        while not self.seen:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no container with {self.label} ran")
+            await asyncio.sleep(0.05)
 
     def __enter__(self) -> ContainerWatch:
         self._thread.start()

@@ -411,6 +411,7 @@ async def test_the_worker_survives_a_valkey_outage_and_finishes_the_queue(
                 job = forge_job(1, trigger={"demoSleep": 15})  # still running when the job is free to run again
                 await queue.add("github", job, {"jobId": "gh-during", **FAST_RETRY})
                 await job_in_state(queue, "gh-during", ("active",))
+                await watch.started()  # its start counted in the store before the store goes
                 server.stop()
                 await asyncio.sleep(4)  # twice the lock: the store lets the lock go, and the worker its container
                 assert not w.task.done()

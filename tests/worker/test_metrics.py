@@ -17,7 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from pi_dispatch import __version__
 from pi_dispatch.demo.store import free_port
 from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
-from pi_dispatch.worker.metrics import QUEUE_STATES, WorkerMetrics
+from pi_dispatch.testing.services import UNCAPPED
+from pi_dispatch.worker.metrics import QUEUE_STATES, BoundedLabels, WorkerMetrics
 from tests.support.workers import finished_job, job_in_state, running_worker, settings_of, worker_env
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -46,6 +47,14 @@ def test_without_an_address_the_worker_keeps_no_metrics() -> None:
     with off.timed_gate("resolver"):
         off.ran("completed", 1.0)
     assert seen == ["job_done"] and off.registry is None
+
+
+def test_label_values_a_job_chooses_are_bounded_and_well_formed() -> None:
+    labels = BoundedLabels(3)
+    assert [labels.of("flow", name) for name in ("a", "b", "c", "d", "a")] == ["a", "b", "c", "other", "a"]
+    assert [labels.of("model", value) for value in ("x y", "", "<script>", 7, "anthropic/claude-x")] == [
+        "other", "other", "other", "other", "anthropic/claude-x",
+    ]  # fmt: skip
 
 
 def test_each_attempts_end_is_counted_once_under_its_outcome() -> None:
@@ -97,7 +106,7 @@ async def test_a_worker_serves_its_counts_gauges_and_timings_over_http(
     started = time.time()
     try:
         async with running_worker(settings_of(env), beat_ms=300) as running:
-            await own.add("github", forge_job(1), {"jobId": "gh-ok", **once})
+            await own.add("github", forge_job(1, trigger={"demoUsage": 600}), {"jobId": "gh-ok", **once})
             secret = forge_job(2, secretsProfile="prod", secrets={"DEPLOY_TOKEN": "vault/deploy"})
             await own.add("github", secret, {"jobId": "gh-secret", **once})
             await shared.add("github", forge_job(3, trigger={"demoExit": 1}), {"jobId": "gh-fail", **once})
@@ -157,6 +166,13 @@ async def test_a_worker_serves_its_counts_gauges_and_timings_over_http(
     assert depth[(("queue", "pi-jobs"), ("state", "delayed"))] == 1
     assert depth[(("queue", "pi-jobs"), ("state", "failed"))] == 1
     assert depth[(("queue", "pi-jobs@metered"), ("state", "waiting"))] == 0
+    assert by_name(samples, "pi_dispatch_run_tokens_total") == {(("flow", "triage"), ("model", "unknown")): 600}
+    assert by_name(samples, "pi_dispatch_run_cost_dollars_total") == {
+        (("flow", "triage"), ("model", "unknown")): 0.0123
+    }
+    used = by_name(samples, "pi_dispatch_limit_used")
+    assert used[(("ledger", "budget"), ("window", "day"))] == 3  # three containers started; the refused one did not
+    assert by_name(samples, "pi_dispatch_limit_cap")[(("ledger", "budget"), ("window", "day"))] == int(UNCAPPED)
     with pytest.raises(OSError):  # the endpoint closes with the worker
         scrape(address)
 

@@ -37,6 +37,7 @@ async def test_a_job_running_while_the_store_is_full_finishes_once_and_its_recor
             async with running_worker(settings_of(env), beat_ms=500) as w:
                 await queue.add("github", forge_job(1, trigger={"demoSleep": 4}), {"jobId": "gh-full", **ONCE})
                 await job_in_state(queue, "gh-full", ("active",))
+                await watch.started()  # counted in the day's window first, a write the full store would refuse
                 await admin.config_set("maxmemory", 1)  # full: each write that may grow it is refused
                 await job_in_state(queue, "gh-full", ("completed",), timeout_s=30)  # its 4 s, and more, while full
                 await asyncio.sleep(2)  # a lock's life more, the store still full

@@ -66,6 +66,23 @@ def pi_dispatch_egress_profile_files(profiles: dict[str, Any], env_file: str) ->
     ]
 
 
+def pi_dispatch_limit_files(host_vars: dict[str, Any]) -> list[dict[str, Any]]:
+    """The fleet's limit files a host gets: each one's role variable, path beside the env file, and JSON (None: the
+    inventory declares none, and the file goes)."""
+    from pi_dispatch.config.hostvars import LIMIT_FILES, installed_limit_file, limit_file_text
+
+    files = []
+    for role_var, name in LIMIT_FILES.items():
+        path = installed_limit_file(host_vars, role_var)
+        env_file = str(host_vars.get("pi_dispatch_worker_env_file"))
+        declared = host_vars.get(f"pi_dispatch_worker_{role_var}")
+        files.append({
+            "name": role_var, "path": path or f"{env_file.rsplit('/', 1)[0]}/{name}",
+            "content": limit_file_text(declared) if path else None,
+        })  # fmt: skip
+    return files
+
+
 def pi_dispatch_daemon_json_with_runsc(current: str, flags: str) -> str:
     """Docker's daemon.json with runsc registered as the runsc runtime, the rest of it kept."""
     from pi_dispatch.core.runtimes import daemon_json_with_runsc
@@ -85,4 +102,5 @@ class FilterModule:
             "pi_dispatch_egress_allowlist": pi_dispatch_egress_allowlist,
             "pi_dispatch_egress_profile_files": pi_dispatch_egress_profile_files,
             "pi_dispatch_daemon_json_with_runsc": pi_dispatch_daemon_json_with_runsc,
+            "pi_dispatch_limit_files": pi_dispatch_limit_files,
         }

@@ -1,0 +1,55 @@
+"""What the audit says of the fleet's limits, from the inventory: hosts whose caps or limit files differ.
+
+The windows are the fleet's (every host counts its starts in the same `budget:*` keys), but each cap is the host's own
+setting: with two hosts capping one day at 25 and 100, the fleet stops at 25 on one and at 100 on the other. The same
+goes for a scope's row, and for the pause windows each host reads alone. A host that declares nothing has the
+defaults; hosts are compared by what they run with.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+
+from pi_dispatch.audit.findings import Finding
+from pi_dispatch.config.hostvars import InventoryHost
+from pi_dispatch.config.worker_settings import WorkerSettings
+
+CAPS = ("daily_cap", "weekly_cap", "monthly_cap", "soft_hold_pct", "daily_token_cap")
+FILES = ("scoped_limits", "pause_windows")
+
+
+def _caps(host: InventoryHost) -> str:
+    fields = WorkerSettings.model_fields
+    caps = {name: host.declared(name) if host.declared(name) is not None else fields[name].default for name in CAPS}
+    return ", ".join(f"{name} {value if value is not None else 'none'}" for name, value in caps.items())
+
+
+def _file(host: InventoryHost, name: str) -> str:
+    declared = host.declared(name)
+    return json.dumps(declared, sort_keys=True) if declared is not None else "none"
+
+
+def _differing(hosts: Sequence[InventoryHost], subject: str, what: dict[str, str], fix: str) -> list[Finding]:
+    by_value: dict[str, list[str]] = defaultdict(list)
+    for host in hosts:
+        by_value[what[host.name]].append(host.name)
+    if len(by_value) < 2:
+        return []
+    said = "; ".join(f"{', '.join(names)}: {value[:120]}" for value, names in sorted(by_value.items()))
+    return [Finding("limits-differ", subject, said, fix, tuple(sorted(host.name for host in hosts)))]
+
+
+def limit_findings(hosts: Sequence[InventoryHost]) -> list[Finding]:
+    """Caps, scoped limits or pause windows that differ between the fleet's workers."""
+    findings = _differing(
+        hosts, "caps", {host.name: _caps(host) for host in hosts},
+        "declare the caps once for every worker (group_vars: pi_dispatch_worker_daily_cap and the others)",
+    )  # fmt: skip
+    for name in FILES:
+        findings += _differing(
+            hosts, f"pi_dispatch_worker_{name}", {host.name: _file(host, name) for host in hosts},
+            f"declare pi_dispatch_worker_{name} once, in group_vars, so every host reads the same",
+        )  # fmt: skip
+    return findings

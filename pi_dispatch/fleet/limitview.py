@@ -1,0 +1,158 @@
+"""The fleet's limits as the store holds them now, for `pi-dispatch limits`, `top` and the metrics: each window of the
+fleet's ledger and of each scope's, used against the caps this host runs with and when it starts again, the day's
+tokens, and who holds each of a scope's fleet-wide slots. One round trip whatever the store holds: the keys are named
+by the caps and the file, never searched for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from pi_dispatch.core.budget import (
+    DEFAULT_DAILY_CAP,
+    LIMITS_ROW_FIELD,
+    Window,
+    WindowCaps,
+    read_limits_signature,
+    scope_ledger,
+    scope_slot_prefix,
+    token_day_key,
+    window_ends_ms,
+    window_key,
+)
+from pi_dispatch.core.keys import BUDGET_PREFIX
+from pi_dispatch.core.scopedlimits import ScopedLimits
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, reply_text, reply_whole
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+NEAR_SHARE: Final = 0.8  # a window this full is near its cap (the alert rule's threshold too)
+
+
+@dataclass(frozen=True)
+class WindowUse:
+    ledger: str  # `budget`, `budget:s:<hash16>` or `budget:t` (the day's tokens)
+    window: str
+    key: str
+    used: int
+    cap: int | None
+    resets_at_ms: int
+
+    @property
+    def near(self) -> bool:
+        return self.cap is not None and self.used >= NEAR_SHARE * self.cap
+
+    def as_json(self) -> dict[str, object]:
+        return {"ledger": self.ledger, "window": self.window, "key": self.key, "used": self.used, "cap": self.cap,
+                "resetsAt": self.resets_at_ms, "near": self.near}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ScopeUse:
+    scope: str  # a repository as written, or `a folder` (a path is never shown)
+    ledger: str
+    windows: list[WindowUse]
+    concurrent: int | None
+    holders: list[str] = field(default_factory=list)  # `<worker>#<job id>` of each slot held
+
+    def as_json(self) -> dict[str, object]:
+        return {"scope": self.scope, "ledger": self.ledger, "windows": [use.as_json() for use in self.windows],
+                "concurrent": self.concurrent, "held": self.holders}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LimitsView:
+    at_ms: int
+    windows: list[WindowUse]
+    scopes: list[ScopeUse]
+    hosts: dict[str, dict[str, str] | None]  # each live host's limits as its row says them (None: says none)
+
+    @property
+    def differing(self) -> bool:
+        said = {tuple(sorted(limits.items())) for limits in self.hosts.values() if limits is not None}
+        return len(said) > 1
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "at": self.at_ms,
+            "windows": [use.as_json() for use in self.windows],
+            "scopes": [scope.as_json() for scope in self.scopes],
+            "hosts": [{"name": name, "limits": limits} for name, limits in sorted(self.hosts.items())],
+            "hostsDiffer": self.differing,
+        }
+
+
+def shown_scope(scope: str) -> str:
+    return "a folder" if scope.startswith("/") else scope
+
+
+async def read_limits(
+    client: aioredis.Redis,
+    caps: WindowCaps,
+    token_cap: int | None,
+    scoped: ScopedLimits,
+    *,
+    rows: Sequence[Mapping[str, Any]],
+    now_ms: int,
+) -> LimitsView:
+    """The windows' counts and the scopes' slot holders, in one pipeline."""
+    fleet = [(window, window_key(BUDGET_PREFIX, window, now_ms), cap) for window, cap in _all(caps)]
+    scope_keys = [
+        (row, [(window, window_key(scope_ledger(row.scope), window, now_ms), cap) for window, cap in row.caps.active()],
+         [f"{scope_slot_prefix(row.scope)}{index}" for index in range(row.concurrent or 0)])
+        for row in scoped.rows
+    ]  # fmt: skip
+    keys = [key for _, key, _ in fleet] + [token_day_key(now_ms)]
+    keys += [key for _, windows, slots in scope_keys for key in [*(k for _, k, _ in windows), *slots]]
+    replies = iter(await bounded(client.mget(keys), OP_TIMEOUT_S) if keys else [])
+    windows = [_use(BUDGET_PREFIX, counted, next(replies), now_ms) for counted in fleet]
+    tokens = (Window.DAY, token_day_key(now_ms), token_cap)
+    windows.append(_use(f"{BUDGET_PREFIX}:t", tokens, next(replies), now_ms))
+    scopes = []
+    for row, scope_windows, slots in scope_keys:
+        ledger = scope_ledger(row.scope)
+        uses = [_use(ledger, counted, next(replies), now_ms) for counted in scope_windows]
+        holders = [text for _ in slots if (text := reply_text(next(replies)))]
+        scopes.append(ScopeUse(shown_scope(row.scope), ledger, uses, row.concurrent, holders))
+    hosts = {
+        str(row.get("name")): read_limits_signature(str(row.get(LIMITS_ROW_FIELD) or "")) for row in rows
+    }  # fmt: skip
+    return LimitsView(now_ms, windows, scopes, hosts)
+
+
+def _all(caps: WindowCaps) -> list[tuple[Window, int | None]]:
+    return [(Window.DAY, caps.day), (Window.WEEK, caps.week), (Window.MONTH, caps.month)]
+
+
+def _use(ledger: str, counted: tuple[Window, str, int | None], reply: object, now_ms: int) -> WindowUse:
+    window, key, cap = counted
+    used = reply_whole(reply)
+    return WindowUse(ledger, str(window), key, max(0, used or 0), cap, window_ends_ms(window, now_ms))
+
+
+def published_caps(rows: Sequence[Mapping[str, Any]]) -> tuple[WindowCaps, int | None]:
+    """The caps the live hosts publish, for a reader without an env file (`top`): the most hosts' (the defaults when
+    none publishes any)."""
+    said = [found for row in rows if (found := read_limits_signature(str(row.get(LIMITS_ROW_FIELD) or "")))]
+    if not said:
+        return WindowCaps(DEFAULT_DAILY_CAP), None
+    common = max(said, key=lambda limits: sum(other == limits for other in said))
+
+    def whole(name: str) -> int | None:
+        return int(common[name]) if common.get(name, "").isdigit() else None
+
+    return WindowCaps(whole("day") or DEFAULT_DAILY_CAP, whole("week"), whole("month")), whole("tokens")
+
+
+def limits_summary(view: LimitsView) -> str:
+    """One line: each capped window's use, the day's tokens, whether hosts' caps differ."""
+    said = [f"{use.window} {use.used}/{use.cap}" if use.cap is not None else f"{use.window} {use.used}"
+            for use in view.windows if use.ledger == BUDGET_PREFIX]  # fmt: skip
+    tokens = next(use for use in view.windows if use.ledger != BUDGET_PREFIX)
+    said.append(f"tokens {tokens.used}" + (f"/{tokens.cap}" if tokens.cap is not None else ""))
+    near = [f"{use.ledger} {use.window}" for use in view.windows if use.near]
+    tail = (" · near the cap: " + ", ".join(near) if near else "") + (" · hosts' caps differ" if view.differing else "")
+    return "limits: starts " + " · ".join(said) + tail

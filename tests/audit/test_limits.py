@@ -1,0 +1,34 @@
+"""The audit's limit findings, from the inventory alone: workers whose caps or limit files differ."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pi_dispatch.audit.limits import limit_findings
+from pi_dispatch.config.hostvars import PREFIX, InventoryHost
+
+LIMITS = {"version": 1, "limits": [{"scope": "acme/web", "day": 5}]}
+
+
+def host(name: str, **declared: Any) -> InventoryHost:
+    return InventoryHost(name, {f"{PREFIX}name": name, **{PREFIX + key: value for key, value in declared.items()}}, "t")
+
+
+def test_hosts_that_run_with_the_same_caps_say_nothing_however_declared() -> None:
+    hosts = [host("mini1", daily_cap=25, scoped_limits=LIMITS), host("mini2", scoped_limits=dict(LIMITS))]
+    assert limit_findings(hosts) == []  # 25 is the default: mini2 runs with it too
+
+
+def test_differing_caps_name_each_hosts_and_the_fix() -> None:
+    findings = limit_findings([host("mini1", daily_cap=25), host("mini2", daily_cap=100), host("mini3")])
+    assert [(finding.code, finding.subject, finding.hosts) for finding in findings] == [
+        ("limits-differ", "caps", ("mini1", "mini2", "mini3"))
+    ]
+    assert "mini1, mini3: daily_cap 25" in findings[0].message and "mini2: daily_cap 100" in findings[0].message
+    assert "group_vars" in findings[0].fix
+
+
+def test_a_limit_file_on_one_host_only_is_named() -> None:
+    findings = limit_findings([host("mini1", pause_windows={"windows": []}), host("mini2")])
+    assert [finding.subject for finding in findings] == ["pi_dispatch_worker_pause_windows"]
+    assert "mini2: none" in findings[0].message
