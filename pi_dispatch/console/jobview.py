@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pi_dispatch.console.output import show
+from pi_dispatch.console.rowview import run_usage
 from pi_dispatch.console.terminal import keep_whole, output_text, plain, visible
 from pi_dispatch.core.capabilities import explain_route
 from pi_dispatch.core.jscompat import iso_string
@@ -46,6 +47,7 @@ def job_facts(
         "name": found.name,
         "attempts": {"made": made, "allowed": allowed, "left": max(0, allowed - made)},
         "nextRunAt": _iso(found.due_ms),
+        "pausedUntil": _iso(found.paused_until_ms),
         "held": None
         if hold is None
         else {
@@ -96,6 +98,8 @@ def print_job(console: Console, facts: Mapping[str, Any]) -> None:
             since, checks, due = held["since"], held["checks"], facts["nextRunAt"]
             waiting = ", ".join(held["for"]) or "its wait conditions"
             console.print(escape(f"  held for {waiting} since {since}: {checks} checks so far, next at {due}"))
+        elif facts.get("pausedUntil"):
+            console.print(escape(f"  waits for a pause window (its scope's) until {facts['pausedUntil']}"))
         elif facts.get("nextRunAt"):
             console.print(escape(f"  next run (retry or delay) at {facts['nextRunAt']}"))
         if (running := facts.get("running")) is not None:
@@ -115,7 +119,7 @@ def _print_history(console: Console, history: Sequence[Mapping[str, Any]]) -> No
         console.print("  no attempt recorded yet")
         return
     table = Table(title="attempts")
-    for column in ("#", "host", "queue", "started", "ended", "outcome", "reason", "exit"):
+    for column in ("#", "host", "queue", "started", "ended", "outcome", "reason", "exit", "used"):
         table.add_column(column)
     for number, record in enumerate(history, start=1):
         routed = record.get("routedTo")
@@ -129,6 +133,7 @@ def _print_history(console: Console, history: Sequence[Mapping[str, Any]]) -> No
             visible(record.get("outcome")),
             visible(record.get("reason")),
             visible(record.get("exitCode")),
+            visible(run_usage(record)),
         )
     show(console, keep_whole(table, "host", "queue", "started", "ended", "outcome"))
     for number, record in enumerate(history, start=1):

@@ -59,3 +59,19 @@ def clock_note(row: Mapping[str, object]) -> str:
     if not isinstance(offset, int) or abs(offset) < CLOCK_SHOWN_MS:
         return ""
     return f" (clock {abs(offset) / 1000:.0f} s {'behind' if offset > 0 else 'ahead'})"
+
+
+def run_usage(record: Mapping[str, object]) -> str:
+    """What a run used, as its record says (its exit line's turns, tokens and the runner's price): `3 turns · 600
+    tokens · $0.0123`, or `-` when it said nothing."""
+    said = []
+    turns, tokens = record.get("turns"), record.get("tokens")
+    if isinstance(turns, int) and not isinstance(turns, bool):
+        said.append(f"{turns} turns")
+    if isinstance(tokens, Mapping):
+        total, cost = tokens.get("total"), tokens.get("cost")
+        if isinstance(total, int | float) and not isinstance(total, bool):
+            said.append(f"{int(total)} tokens")
+        if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
+            said.append(f"${cost:.4f}")
+    return " · ".join(said) or "-"

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from pi_dispatch.audit.placement import SEVERITIES, Report
 from pi_dispatch.console.output import Rows, show, show_rows
-from pi_dispatch.console.rowview import clock_note
+from pi_dispatch.console.rowview import clock_note, run_usage
 from pi_dispatch.console.terminal import keep_whole, plain, visible
 from pi_dispatch.core.capabilities import is_draining, unhealthy_reason
 from pi_dispatch.core.jscompat import iso_string
@@ -138,7 +138,7 @@ def print_runs(console: Console, runs: list[Any], degraded: str, skipped: int = 
         if degraded.startswith("unreachable")
         else f"RUNS · fleet ({', '.join(plain(name) for name in hosts_in(runs)) or 'none'})"
     )
-    columns = ("ended", "job id", "host", "kind", "outcome", "reason")
+    columns = ("ended", "job id", "host", "kind", "outcome", "reason", "used")
     table = Rows(plain(f"{title} · mirror {degraded}", 2_000), columns, whole=columns)
     for run in runs:
         if not isinstance(run, dict):
@@ -151,6 +151,7 @@ def print_runs(console: Console, runs: list[Any], degraded: str, skipped: int = 
             run.get("kind") or "",
             run.get("outcome") or "",
             run.get("reason") or "-",
+            run_usage(run),
         )
     show_rows(console, table)
     if skipped:

@@ -28,7 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pi_dispatch.console.output import show
-from pi_dispatch.console.rowview import clock_note, typed_row
+from pi_dispatch.console.rowview import clock_note, run_usage, typed_row
 from pi_dispatch.console.terminal import keep_whole, plain, visible
 from pi_dispatch.core.capabilities import is_draining, is_live, is_stuck, unhealthy_reason
 from pi_dispatch.core.jscompat import finite, iso_string, js_number
@@ -232,11 +232,12 @@ def queues_table(frame: Frame, rehome_after_ms: int, rows: int = 0) -> Table:
 
 def runs_table(frame: Frame) -> Table:
     table = Table(title=Text(plain(f"Latest runs (mirror {frame.mirror})")), expand=True)
-    for column in ("ended", "job id", "host", "outcome", "reason"):
+    for column in ("ended", "job id", "host", "outcome", "reason", "used"):
         table.add_column(column, overflow="fold")
     for run in frame.runs:
         if isinstance(run, dict):
-            table.add_row(*(visible(run.get(key) or "-") for key in ("endedAt", "jobId", "host", "outcome", "reason")))
+            said = (visible(run.get(key) or "-") for key in ("endedAt", "jobId", "host", "outcome", "reason"))
+            table.add_row(*said, visible(run_usage(run)))
     return keep_whole(table, "ended", "job id", "host", "outcome", "reason")
 
 

@@ -24,6 +24,8 @@ from pi_dispatch.core.forges import FORGES
 
 WEEKDAYS: Final = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")  # datetime.weekday()'s order
 EVERY_SCOPE: Final = "*"
+# This port's: what a paused job's BullMQ progress says while it waits, so `job` can tell a pause from a retry
+PAUSED_UNTIL: Final = "pausedUntil"
 NEAR_ENOUGH_MS: Final = 1000  # a window ending sooner than this lets the job through rather than delay it for it
 HHMM_RE: Final = re.compile(r"([0-9]{1,2}):([0-9]{2})")
 DATE_RE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.core.keys import SHARED_QUEUE, bull_key, host_queue_name
 from pi_dispatch.core.names import WORKER_NAME_RE
+from pi_dispatch.core.pausewindows import PAUSED_UNTIL
 from pi_dispatch.core.waits import HOLD_KEY, HoldState
 from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded
 
@@ -27,7 +28,7 @@ UNFINISHED: Final = frozenset({"waiting", "active", "paused", "delayed", "priori
 # BullMQ 5 keeps the attempts made as `atm`; a job hash an older BullMQ wrote has `attemptsMade`.
 HASH_FIELDS: Final = (
     "name", "data", "opts", "atm", "attemptsMade", "timestamp", "processedOn", "finishedOn", "failedReason",
-    "returnvalue",
+    "returnvalue", "progress",
 )  # fmt: skip
 DELAY_SCORE_SHIFT: Final = 0x1000  # BullMQ keeps a delayed job's due time in ms times 4096, plus a counter
 
@@ -50,6 +51,15 @@ class Located:
     returned: Any
     due_ms: int | None  # a delayed job's next run
     locked: bool  # a worker holds it (active and beating its lock)
+    progress: Any = None  # BullMQ's progress field: a paused job's `pausedUntil`
+
+    @property
+    def paused_until_ms(self) -> int | None:
+        """When the pause window a delayed job waits for ends (it is due then), or None."""
+        until = self.progress.get(PAUSED_UNTIL) if isinstance(self.progress, Mapping) else None
+        if self.state != "delayed" or not isinstance(until, int) or isinstance(until, bool) or until != self.due_ms:
+            return None
+        return until
 
     @property
     def finished(self) -> bool:
@@ -150,4 +160,5 @@ def _located(job_id: str, queue: str, answers: list[Any]) -> Located:
         returned=_json(fields["returnvalue"]),
         due_ms=due,
         locked=bool(answers[-1]) and not isinstance(answers[-1], BaseException),
+        progress=_json(fields["progress"]),
     )

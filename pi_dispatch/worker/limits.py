@@ -32,7 +32,13 @@ from pi_dispatch.core.budget import (
 )
 from pi_dispatch.core.errors import ConfigError, Problem
 from pi_dispatch.core.keys import BUDGET_PREFIX
-from pi_dispatch.core.pausewindows import PauseWindow, PauseWindowsError, paused_until, read_pause_windows
+from pi_dispatch.core.pausewindows import (
+    PAUSED_UNTIL,
+    PauseWindow,
+    PauseWindowsError,
+    paused_until,
+    read_pause_windows,
+)
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.core.scopedlimits import (
     ScopedLimits,
@@ -176,6 +182,7 @@ class Limits:
     async def unless_paused(self, job: QueuedJob, token: str, data: Mapping[str, Any]) -> None:
         """A job inside a pause window goes to the delayed set until its end (BullMQ's DelayedError is raised)."""
         if (until := self.paused_until(data)) is not None:
+            await job.updateProgress({PAUSED_UNTIL: until})  # for `job`: it waits for a window, not a retry
             await _delay(job, token, until)
 
     @contextlib.asynccontextmanager

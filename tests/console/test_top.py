@@ -190,5 +190,5 @@ def test_identifiers_stay_whole_at_80_columns_and_through_a_pipe(terminal: bool)
     if not terminal:  # plain columns, one record a line, nothing drawn
         assert not set("│┃━─…") & set(text)
         assert plain_rows(text)["2026-12-01T08:15:22.123Z"] == [
-            "2026-12-01T08:15:22.123Z", job_id, "mini1", "refused", "secret-profile-unknown"
+            "2026-12-01T08:15:22.123Z", job_id, "mini1", "refused", "secret-profile-unknown", "-",  # used: nothing said
         ]  # fmt: skip

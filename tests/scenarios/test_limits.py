@@ -26,6 +26,7 @@ from pi_dispatch.core.keys import bull_key
 from pi_dispatch.infra.valkey import fleet_id
 from pi_dispatch.testing.jobs import forge_job
 from pi_dispatch.worker.containers import LABEL_FLEET
+from tests.support.helpers import run_cli, run_cli_process
 from tests.support.workers import (
     CEILING_S,
     ContainerWatch,
@@ -182,6 +183,8 @@ async def test_a_runs_exit_line_lands_in_its_record_and_the_days_tokens_cap_the_
     third = record(one.logs_dir, "tok-3")
     assert (third["outcome"], third["reason"], third["tokens"]) == ("policy", "daily-token-cap", None)
     assert await client.get(token_day_key(today_ms())) == b"1200"
+    runs = await asyncio.to_thread(run_cli_process, "runs", "--valkey-url", valkey_url, "--logs-dir", str(one.logs_dir))
+    assert runs.stdout.count("3 turns · 600 tokens · $0.0123") == 2, runs.stdout  # the third never ran
 
 
 async def test_a_job_inside_a_pause_window_waits_unrecorded_and_runs_once_the_window_is_gone(
@@ -193,11 +196,13 @@ async def test_a_job_inside_a_pause_window_waits_unrecorded_and_runs_once_the_wi
     pauses.write_text(json.dumps({"windows": [{"scope": "acme/app", "from": start, "to": end}]}))
     env = worker_env(tmp_path, valkey_url, job_image, "py1", PI_PAUSE_WINDOWS_FILE=str(pauses))
     async with running_worker(settings_of(env)) as one:
-        await add(queue, "paused", 1)
-        await job_in_state(queue, "paused", ("delayed",))
-        score = await client.zscore(bull_key("pi-jobs", "delayed"), "paused")  # BullMQ: when * 4096 + a counter
+        await add(queue, "gh-paused", 1)
+        await job_in_state(queue, "gh-paused", ("delayed",))
+        score = await client.zscore(bull_key("pi-jobs", "delayed"), "gh-paused")  # BullMQ: when * 4096 + a counter
         assert score is not None and int(score) // 4096 >= int((now + timedelta(minutes=58)).timestamp() * 1000)
-        assert not (one.logs_dir / "paused.json").exists()
+        assert not (one.logs_dir / "gh-paused.json").exists()
+        said = await asyncio.to_thread(run_cli, "job", "gh-paused", "--valkey-url", valkey_url)
+        assert said.returncode == 0 and "waits for a pause window" in said.stdout, said.stdout + said.stderr
         assert await client.exists(window_key("budget", Window.DAY, today_ms())) == 0  # nothing counted
         reloads = one.events.names().count("pause_windows_reloaded")  # the watch reads the file once when armed
         pauses.write_text(json.dumps({"windows": []}))  # the window removed: read again while the worker runs
@@ -205,5 +210,5 @@ async def test_a_job_inside_a_pause_window_waits_unrecorded_and_runs_once_the_wi
         while one.events.names().count("pause_windows_reloaded") == reloads:
             assert time.monotonic() < deadline, "the pause windows were not read again"
             await asyncio.sleep(0.05)
-        await (await queue.getJob("paused")).promote()
-        assert (await finished_job(queue, "paused")).returnvalue["outcome"] == "completed"
+        await (await queue.getJob("gh-paused")).promote()
+        assert (await finished_job(queue, "gh-paused")).returnvalue["outcome"] == "completed"
