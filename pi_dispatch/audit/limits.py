@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pi_dispatch.audit.findings import Finding
 from pi_dispatch.config.hostvars import InventoryHost
 from pi_dispatch.config.worker_settings import WorkerSettings
+from pi_dispatch.core.budget import LIMITS_ROW_FIELD
 
 CAPS = ("daily_cap", "weekly_cap", "monthly_cap", "soft_hold_pct", "daily_token_cap")
 FILES = ("scoped_limits", "pause_windows")
@@ -32,13 +33,17 @@ def _file(host: InventoryHost, name: str) -> str:
 
 
 def _differing(hosts: Sequence[InventoryHost], subject: str, what: dict[str, str], fix: str) -> list[Finding]:
+    return _differing_names({host.name: what[host.name] for host in hosts}, subject, fix)
+
+
+def _differing_names(what: Mapping[str, str], subject: str, fix: str) -> list[Finding]:
     by_value: dict[str, list[str]] = defaultdict(list)
-    for host in hosts:
-        by_value[what[host.name]].append(host.name)
+    for name, value in what.items():
+        by_value[value].append(name)
     if len(by_value) < 2:
         return []
-    said = "; ".join(f"{', '.join(names)}: {value[:120]}" for value, names in sorted(by_value.items()))
-    return [Finding("limits-differ", subject, said, fix, tuple(sorted(host.name for host in hosts)))]
+    said = "; ".join(f"{', '.join(sorted(names))}: {value[:120]}" for value, names in sorted(by_value.items()))
+    return [Finding("limits-differ", subject, said, fix, tuple(sorted(what)))]
 
 
 def limit_findings(hosts: Sequence[InventoryHost]) -> list[Finding]:
@@ -53,3 +58,12 @@ def limit_findings(hosts: Sequence[InventoryHost]) -> list[Finding]:
             f"declare pi_dispatch_worker_{name} once, in group_vars, so every host reads the same",
         )  # fmt: skip
     return findings
+
+
+def live_limit_findings(live_rows: Sequence[Mapping[str, object]]) -> list[Finding]:
+    """Live hosts whose rows say they run with different limits (a row without `limits`, a Node host's or an older
+    one's, says nothing)."""
+    said = {str(row.get("name")): str(row[LIMITS_ROW_FIELD]) for row in live_rows if row.get(LIMITS_ROW_FIELD)}
+    return _differing_names(
+        said, "live rows", "roll the same caps and limit files out to every worker (the inventory's group_vars)"
+    )

@@ -23,7 +23,7 @@ from pi_dispatch.audit.drift import (
 )
 from pi_dispatch.audit.egress import egress_findings
 from pi_dispatch.audit.findings import CODES, SEVERITIES, Finding, Report, Severity
-from pi_dispatch.audit.limits import limit_findings
+from pi_dispatch.audit.limits import limit_findings, live_limit_findings
 from pi_dispatch.audit.sandbox import runtime_findings
 from pi_dispatch.audit.store import store_findings
 from pi_dispatch.config.hostvars import InventoryHost, host_problems
@@ -301,6 +301,7 @@ def audit(
         findings += cron_drift_findings(hosts, fleet, live_rows, cron_files)
         findings += store_findings(store, now_ms)
         findings += runtime_findings(hosts, live_rows)
+        findings += live_limit_findings(live_rows)
     findings += _placement_findings(triggers, fleet, down, liveness)
     findings += cron_findings(fleet, cron_files)
     order = {severity: rank for rank, severity in enumerate(SEVERITIES)}

@@ -182,7 +182,8 @@ class Limits:
     async def unless_paused(self, job: QueuedJob, token: str, data: Mapping[str, Any]) -> None:
         """A job inside a pause window goes to the delayed set until its end (BullMQ's DelayedError is raised)."""
         if (until := self.paused_until(data)) is not None:
-            await job.updateProgress({PAUSED_UNTIL: until})  # for `job`: it waits for a window, not a retry
+            with contextlib.suppress(*STORE_FAULTS):  # what `job` shows, never worth a failed attempt
+                await job.updateProgress({PAUSED_UNTIL: until})
             await _delay(job, token, until)
 
     @contextlib.asynccontextmanager
@@ -207,15 +208,17 @@ class Limits:
             self.log("scope_busy_deferred", {"jobId": job_id, "kind": _kind(data), "delayMs": SCOPE_BUSY_RECHECK_MS})
             return None
         self.running[scope] += 1
-        hold = ScopeHold(local=scope)
         if row is None or row.concurrent is None or self.lease is None or not is_forge_job(data):
-            return hold
+            return ScopeHold(local=scope)
         prefix = scope_slot_prefix(row.scope)
         try:
             lease = await self.lease.acquire(prefix, row.concurrent, job_id, self.claim_ms)
         except STORE_FAULTS as fault:  # the fleet bound degrades to this host's: granted, and released after
             self.log("fleet_lease_unavailable", {"reason": type(fault).__name__})
             return ScopeHold(local=scope, lease=self.lease.unsure(prefix, row.concurrent, job_id))
+        except BaseException:  # cancelled mid-call: this host's count must not keep a slot nobody holds
+            self._give_local(scope)
+            raise
         if lease is None:
             self._give_local(scope)
             fields = {"jobId": job_id, "kind": "forge", "delayMs": SCOPE_BUSY_RECHECK_MS, "where": "fleet"}

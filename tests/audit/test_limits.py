@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pi_dispatch.audit.limits import limit_findings
+from pi_dispatch.audit.limits import limit_findings, live_limit_findings
 from pi_dispatch.config.hostvars import PREFIX, InventoryHost
+from pi_dispatch.core.budget import LIMITS_ROW_FIELD
 
 LIMITS = {"version": 1, "limits": [{"scope": "acme/web", "day": 5}]}
 
@@ -32,3 +33,16 @@ def test_a_limit_file_on_one_host_only_is_named() -> None:
     findings = limit_findings([host("mini1", pause_windows={"windows": []}), host("mini2")])
     assert [finding.subject for finding in findings] == ["pi_dispatch_worker_pause_windows"]
     assert "mini2: none" in findings[0].message
+
+
+def test_live_rows_that_say_different_limits_are_named_and_silent_rows_are_not() -> None:
+    rows = [
+        {"name": "mini1", LIMITS_ROW_FIELD: "day=25;week=;month=;hold=;tokens=;files="},
+        {"name": "mini2", LIMITS_ROW_FIELD: "day=100;week=;month=;hold=;tokens=;files="},
+        {"name": "node1"},  # a Node host publishes none
+    ]
+    findings = live_limit_findings(rows)
+    assert [(finding.code, finding.subject, finding.hosts) for finding in findings] == [
+        ("limits-differ", "live rows", ("mini1", "mini2"))
+    ]
+    assert live_limit_findings(rows[:1] + rows[2:]) == []

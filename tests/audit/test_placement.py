@@ -416,7 +416,8 @@ async def test_hosts_route_and_runs_commands(valkey_url: str, client: aioredis.R
     piped = await asyncio.to_thread(
         run_cli_process, "runs", "--logs-dir", str(tmp_path / "logs"), "--valkey-url", valkey_url, columns=80
     )
-    assert plain_rows(piped.stdout)[ended] == [ended, refused["jobId"], "mini1", "github", "refused", refused["reason"]]
+    said = [ended, refused["jobId"], "mini1", "github", "refused", refused["reason"], "-"]  # used: nothing said
+    assert plain_rows(piped.stdout)[ended] == said
     alone = await asyncio.to_thread(
         run_cli, "runs", "--logs-dir", str(tmp_path / "logs"), "--valkey-url", "redis://127.0.0.1:1/0"
     )
