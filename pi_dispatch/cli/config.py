@@ -53,18 +53,18 @@ def config_check(
     from pi_dispatch.config.worker_settings import load_settings
     from pi_dispatch.triggers.schedules import load_cron
     from pi_dispatch.worker.egressproxy import egress_plan
-    from pi_dispatch.worker.limits import read_limit_files
+    from pi_dispatch.worker.limits import absent_limit_files, read_limit_files
     from pi_dispatch.worker.preflight import live_checks
 
     with problems_as_json(as_json):
         settings = load_settings(env_file)
         plan = egress_plan(settings)  # each profile's allowlist, read as the worker reads it at boot
-        read_limit_files(settings)  # and the scoped limits and pause windows
+        read_limit_files(settings, present_only=True)  # and the scoped limits and pause windows that are here
         cron: int | None = None
         if settings.triggers_file is not None:
             _, triggers = load_cron(settings.triggers_file, "PI_TRIGGERS_FILE")
             cron = sum(trigger.on_type == "cron" for trigger in triggers)
-    wide = _public_suffix_wildcards(settings, env_file, plan)
+    wide = _public_suffix_wildcards(settings, env_file, plan) + absent_limit_files(settings)
     where = str(env_file) if env_file else "the environment"
     checks = asyncio.run(live_checks(settings, plan)) if live else []
     failed = next((check for check in checks if not check.ok), None)

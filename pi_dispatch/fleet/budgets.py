@@ -77,6 +77,7 @@ class Reservation:
     held: list[tuple[Ledger, list[str]]] = field(default_factory=list)
     refused_by: Ledger | None = None
     verdict: Verdict = field(default_factory=lambda: Verdict(WindowState.OK))
+    started: bool = False  # its container started: the start counts, whatever the run's end
 
     def holds(self, prefix: str) -> bool:
         return any(ledger.prefix == prefix for ledger, _ in self.held)

@@ -245,7 +245,11 @@ class Attempts:
                 return self._refused(job, reservation)
             fence = LockFence(self.client, queue, str(job.id), token, self.settings.lock_duration_ms)
             launch = Launch(image, secrets, way, network, runtime)
-            return await self._run_container(job, launch, data, fence, reservation)
+            try:
+                return await self._run_container(job, launch, data, fence, reservation)
+            finally:
+                if not reservation.started:  # no container ran (its folder, its image, Docker): nothing counts
+                    await self.limits.unspent(reservation)
 
     def _host_fault(self, reason: str) -> NoReturn:
         """A cause on this host's side: the host is marked unhealthy and the job goes back, its attempt unspent."""
@@ -254,8 +258,7 @@ class Attempts:
         raise PutBack
 
     async def _egress_way(self, network: str | None) -> EgressWay | None:
-        """With egress on, the job's way out on its network; none is the host's fault (the job goes back, unspent).
-        An offline job has none to find."""
+        """With egress on, the job's way out on its network (none: the host's fault, the job goes back unspent)."""
         if self.egress is None or network is None or network == OFFLINE_NETWORK:
             return None
         try:
@@ -323,10 +326,9 @@ class Attempts:
         output = await self._output(job_id, launch.secrets)
         watched = self.denials if launch.way is not None else None
         told = watched.started(job_id, str(data.get("secretsProfile") or "")) if watched is not None else None
-        ran: list[str] = []  # the container's id once it started: a start that never happened is given back
 
         async def started(container_id: str) -> None:
-            ran.append(container_id)
+            reservation.started = True
             if told is not None:
                 await told(container_id)
 
@@ -343,8 +345,6 @@ class Attempts:
         finally:
             watching.cancel()
             await self._after_run(job_id, job_dir, output, watched)
-            if not ran:
-                await self.limits.unspent(reservation)
         return await self._ended(job_id, end, fence, reservation, (began, data.get("flow")))
 
     async def _ended(

@@ -133,8 +133,9 @@ class DenialWatch:
         if addresses:  # squid writes a refusal's line just after its answer: one a starved proxy is still writing
             await asyncio.sleep(SETTLE_S)
         await self.read()
-        for address in addresses:
-            del self._jobs[address]
+        for address in addresses:  # unless Docker gave it to a job started meanwhile: that job's watch stays
+            if self._jobs.get(address, (None, 0))[0] == job_id:
+                del self._jobs[address]
         self._profiles.pop(job_id, None)
         refusals = self._found.pop(job_id, Refusals())
         if output is not None:

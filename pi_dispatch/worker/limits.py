@@ -99,12 +99,24 @@ PAUSES: Final = LimitFile(
 LimitFiles = tuple[ScopedLimits, tuple[PauseWindow, ...]]
 
 
-def read_limit_files(settings: WorkerSettings) -> LimitFiles:
-    """The scoped limits and pause windows as the worker boots with them; ConfigError naming each bad file."""
+def absent_limit_files(settings: WorkerSettings) -> list[str]:
+    """The limit files the settings name that are not on this machine, each said with its fix (for a check made
+    away from the host the role writes them on)."""
+    return [
+        f"{file.variable}: {path} is not on this machine; the worker refuses to start until it is (the role writes "
+        f"it from pi_dispatch_worker_{file.event})"
+        for file in (SCOPED, PAUSES)
+        if (path := file.path(settings)) is not None and not path.exists()
+    ]
+
+
+def read_limit_files(settings: WorkerSettings, *, present_only: bool = False) -> LimitFiles:
+    """The scoped limits and pause windows as the worker boots with them; ConfigError naming each bad file (with
+    `present_only`, a file that is not there is passed over: `absent_limit_files` says so)."""
     problems: list[Problem] = []
     read: dict[str, Any] = {}
     for file in (SCOPED, PAUSES):
-        if (path := file.path(settings)) is None:
+        if (path := file.path(settings)) is None or (present_only and not path.exists()):
             continue
         try:
             read[file.variable] = file.read(path)

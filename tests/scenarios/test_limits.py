@@ -212,3 +212,17 @@ async def test_a_job_inside_a_pause_window_waits_unrecorded_and_runs_once_the_wi
             await asyncio.sleep(0.05)
         await (await queue.getJob("gh-paused")).promote()
         assert (await finished_job(queue, "gh-paused")).returnvalue["outcome"] == "completed"
+
+
+async def test_a_start_whose_container_never_ran_is_given_back(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queue: Queue
+) -> None:
+    missing = "pi-dispatch-missing:never"  # allowed, but on no host: the container is never created
+    env = worker_env(tmp_path, valkey_url, job_image, "py1", PI_ALLOWED_IMAGES=missing, PI_DAILY_CAP="5")
+    async with running_worker(settings_of(env)) as one:
+        await queue.add("github", forge_job(1, image=missing), {"jobId": "gh-never", "attempts": 1})
+        await queue.add("github", forge_job(2), {"jobId": "gh-ran", "attempts": 1})
+        never, ran = await finished_job(queue, "gh-never"), await finished_job(queue, "gh-ran")
+    assert never.failedReason and ran.returnvalue["outcome"] == "completed"
+    assert record(one.logs_dir, "gh-never")["reason"] == "job-image-missing"
+    assert await client.get(window_key("budget", Window.DAY, today_ms())) == b"1"  # only the start that ran counts

@@ -5,6 +5,7 @@ writes them (`infra/squid.DENIED_FORMAT`, proven against squid in tests/infra/te
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,20 @@ async def test_an_address_an_ended_job_had_names_the_new_job_only_from_its_start
         log.write(line(NOW_MS + 5, "172.30.0.9", "new-job.example"))
     found = await watch.ended("gh-new", None)
     assert [one.host for one in found.kept] == ["new-job.example"]
+
+
+async def test_an_old_jobs_end_leaves_the_watch_of_a_job_given_its_address_while_it_ended(log_path: Path) -> None:
+    clock = Clock()
+    watch = watch_of(log_path, clock)
+    watch.watch("gh-old", "172.30.0.9", "", NOW_MS - 5_000)
+    ending = asyncio.ensure_future(watch.ended("gh-old", None))  # it settles a moment before letting the address go
+    await asyncio.sleep(0)
+    watch.watch("gh-new", "172.30.0.9", "", NOW_MS)  # meanwhile Docker gave the address to a new container
+    await ending
+    with log_path.open("a") as log:
+        log.write(line(NOW_MS + 5, "172.30.0.9", "new-job.example"))
+    found = await watch.ended("gh-new", None)
+    assert [one.host for one in found.kept] == ["new-job.example"]  # the old job's end did not unwatch it
 
 
 async def test_a_containers_refusals_count_from_when_docker_says_it_started_not_from_when_the_worker_heard(

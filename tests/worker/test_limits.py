@@ -80,3 +80,6 @@ def test_config_check_reads_the_limit_files_as_the_worker_does(tmp_path: Path) -
     assert said.returncode == 2 and "PI_SCOPED_LIMITS_FILE" in said.stderr and "newer pi-dispatch" in said.stderr
     limits.write_text(json.dumps({"version": 1, "limits": [ROW]}))
     assert run_cli("config", "check", "--env-file", str(env_file)).returncode == 0
+    limits.unlink()  # checked away from the host the role writes it on: said, not refused
+    away = run_cli("config", "check", "--env-file", str(env_file), "--json")
+    assert away.returncode == 0 and "is not on this machine" in json.loads(away.stdout)["warnings"][0]
