@@ -25,12 +25,10 @@ from pi_dispatch.core.budget import (
     token_day_key,
     window_key,
 )
-from pi_dispatch.infra.valkey import STORE_FAULTS, bounded
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, STORE_FAULTS, bounded, reply_whole
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
-
-OP_TIMEOUT_S: Final = 2.0
 
 # KEYS: a ledger's windows. ARGV: each one's TTL in seconds. Each count once this start is in it.
 COUNT: Final = """
@@ -42,10 +40,10 @@ for index, key in ipairs(KEYS) do
 end
 return counts
 """
-# KEYS: windows to give a start back to, where they still exist.
+# KEYS: windows to give an amount back to (ARGV[1]: a start, or a dollar hold), where they still exist.
 GIVE_BACK: Final = """
 for _, key in ipairs(KEYS) do
-  if redis.call('EXISTS', key) == 1 then redis.call('DECR', key) end
+  if redis.call('EXISTS', key) == 1 then redis.call('DECRBY', key, ARGV[1]) end
 end
 return #KEYS
 """
@@ -86,7 +84,7 @@ class Reservation:
 async def _give_back(client: aioredis.Redis, held: Sequence[tuple[Ledger, list[str]]]) -> None:
     keys = [key for _, windows in reversed(held) for key in windows]
     if keys:
-        await bounded(client.eval(GIVE_BACK, len(keys), *keys), OP_TIMEOUT_S)
+        await bounded(client.eval(GIVE_BACK, len(keys), *keys, "1"), OP_TIMEOUT_S)
 
 
 async def reserve(client: aioredis.Redis, ledgers: Sequence[Ledger], now_ms: int) -> Reservation:
@@ -128,10 +126,7 @@ async def refund(client: aioredis.Redis, reservation: Reservation) -> None:
 async def tokens_spent(client: aioredis.Redis, now_ms: int) -> int:
     """The day's tokens so far."""
     value = await bounded(client.get(token_day_key(now_ms)), OP_TIMEOUT_S)
-    try:
-        return int(cast(Any, value)) if value is not None else 0
-    except ValueError:
-        return 0  # not a count (written by something else): read as none rather than refuse every job on it
+    return reply_whole(value) or 0  # not a count (written by something else): none, rather than refuse every job
 
 
 async def add_tokens(client: aioredis.Redis, tokens: int, now_ms: int) -> int:

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, cast
 
 from pi_dispatch.core.budget import WINDOW_TTL_S, Window, WindowCaps, window_key
-from pi_dispatch.infra.valkey import STORE_FAULTS, bounded
+from pi_dispatch.fleet.budgets import GIVE_BACK
+from pi_dispatch.infra.valkey import OP_TIMEOUT_S, STORE_FAULTS, bounded
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-OP_TIMEOUT_S: Final = 2.0
 USD_PREFIX: Final = "budget:usd"
 
 # KEYS: a ledger's windows. ARGV: the amount, then each window's cap and TTL. {0} once held in every window, else
@@ -45,12 +45,6 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {1, 0} end
 local total = redis.call('INCRBY', KEYS[1], ARGV[1])
 if total < 0 then redis.call('INCRBY', KEYS[1], -total); return {2, 0} end
 return {0, total}
-"""
-GIVE_BACK: Final = """
-for _, key in ipairs(KEYS) do
-  if redis.call('EXISTS', key) == 1 then redis.call('DECRBY', key, ARGV[1]) end
-end
-return #KEYS
 """
 
 
