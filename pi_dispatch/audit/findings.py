@@ -68,6 +68,12 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
         "workers run with different caps or limit files over windows they share: the fleet stops at a different "
         "count depending on the host a job lands on",
     ),
+    "spend-differs": (
+        "warning",
+        "live hosts cap dollars differently (their fpUsd differ, or one publishes none while another caps dollars): "
+        "what a job may spend depends on the host it lands on, and a host that holds nothing leaves others' windows "
+        "short",
+    ),
     "egress-profile-differs": (
         "warning",
         "hosts serving one profile give its jobs different egress: what a job may reach depends on where it lands",

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors, print_json
+from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors, print_json, since_epoch_ms
 from pi_dispatch.core.errors import ExitStatus
 from pi_dispatch.fleet.registry import Unreachable
 
@@ -90,6 +91,12 @@ def runs(
     outcome: Annotated[
         str | None, typer.Option("--outcome", help="Only runs that ended so: completed, policy or failed.")
     ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help="Only runs that ended since (ISO time or an age: 2h, 7d); with --json, a cost report."
+        ),
+    ] = None,
     logs_dir: Annotated[
         Path | None, typer.Option("--logs-dir", help="This host's PI_LOGS_DIR (default: from settings).")
     ] = None,
@@ -102,13 +109,13 @@ def runs(
     from pi_dispatch.cli.reads import job_attempts, merged_runs, store_address
     from pi_dispatch.console.tables import print_runs
 
-    directory = logs_dir_of(logs_dir)
+    directory, since_ms = logs_dir_of(logs_dir), since_epoch_ms(since)
     if job is not None:
         found, degraded, skipped = job_attempts(directory, store_address(url), job), "ok", 0
     else:
-        wanted = limit if host is None and outcome is None else 10 * limit
+        wanted = limit if host is None and outcome is None and since is None else 10 * limit
         found, degraded, skipped = merged_runs(directory, store_address(url), wanted, None)
-    found = [run for run in found if (host is None or run.get("host") == host)]
+    found = [run for run in found if (host is None or run.get("host") == host) and ended_since(run, since_ms)]
     found = [run for run in found if (outcome is None or run.get("outcome") == outcome)][: max(limit, 1)]
     unreachable = degraded.startswith("unreachable")
     if as_json:
@@ -118,3 +125,14 @@ def runs(
     if unreachable:  # this host's records alone, if any: shown, but not the fleet's answer
         errors.print(escape(f"error: the fleet mirror is {degraded}; fix: check --valkey-url and VALKEY_PASSWORD"))
         raise typer.Exit(ExitStatus.FAILURE)
+
+
+def ended_since(run: object, since_ms: int) -> bool:
+    """Whether a run record ended at or after `since_ms` (every run when 0; a record without a time, never)."""
+    if not since_ms:
+        return True
+    ended = run.get("endedAt") if isinstance(run, dict) else None
+    try:
+        return isinstance(ended, str) and datetime.fromisoformat(ended).timestamp() * 1000 >= since_ms
+    except ValueError:
+        return False

@@ -1,11 +1,12 @@
-"""`pi-dispatch limits`: each window the fleet counts its starts and tokens in, used against this host's caps and when
-it starts again; each scope's windows and who holds its fleet-wide slots; and which live hosts run with other caps."""
+"""`pi-dispatch limits`: each window the fleet counts its starts, tokens and dollars in, used against this host's caps
+and when it starts again; each scope's windows and who holds its fleet-wide slots; the dollar holds still open; and
+which live hosts run with other caps."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
@@ -13,6 +14,11 @@ from rich.table import Table
 
 from pi_dispatch.cli.common import EnvFileOption, JsonOption, ValkeyUrlOption, console, errors, print_json
 from pi_dispatch.core.errors import ExitStatus
+
+if TYPE_CHECKING:
+    from pi_dispatch.fleet.limitview import LimitsView
+
+LEDGER_NAMES = {"budget": "fleet", "budget:t": "tokens", "budget:usd": "fleet $"}
 
 
 def _at(ms: int) -> str:
@@ -24,7 +30,7 @@ def limits(env_file: EnvFileOption = None, url: ValkeyUrlOption = None, as_json:
     scope's; and the live hosts whose caps differ. Exit 1 when the store cannot be read."""
     from pi_dispatch.cli.reads import store_address, with_client
     from pi_dispatch.config.worker_settings import load_settings
-    from pi_dispatch.fleet.limitview import LimitsView, read_limits
+    from pi_dispatch.fleet.limitview import read_limits
     from pi_dispatch.fleet.snapshot import registry_now
     from pi_dispatch.infra.clock import wall_ms
     from pi_dispatch.infra.valkey import STORE_FAULTS, describe
@@ -39,7 +45,8 @@ def limits(env_file: EnvFileOption = None, url: ValkeyUrlOption = None, as_json:
             live = await registry_now(client)
             rows = getattr(live, "hosts", [])  # an unreadable registry: the windows still read
             caps = settings.job_caps
-            return await read_limits(client, caps, settings.daily_token_cap, scoped, rows=rows, now_ms=wall_ms())
+            return await read_limits(client, caps, settings.daily_token_cap, scoped, rows=rows, now_ms=wall_ms(),
+                                     dollars=settings.dollar_caps)  # fmt: skip
         except STORE_FAULTS as error:
             return describe(error)
 
@@ -50,12 +57,20 @@ def limits(env_file: EnvFileOption = None, url: ValkeyUrlOption = None, as_json:
     if as_json:
         print_json(view.as_json())
         return
+    show(view)
+
+
+def show(view: LimitsView) -> None:
+    """The view as tables and lines."""
+    from pi_dispatch.fleet.limitview import money
+
     table = Table("ledger", "window", "used", "cap", "resets at", box=None, pad_edge=False)
     scoped_rows = [(scope.scope, use) for scope in view.scopes for use in scope.windows]
     for ledger, use in [(use.ledger, use) for use in view.windows] + scoped_rows:
-        name = "fleet" if ledger == "budget" else "tokens" if ledger == "budget:t" else ledger
-        cap = "-" if use.cap is None else str(use.cap)
-        used = f"[yellow]{use.used}[/yellow]" if use.near else str(use.used)
+        name = LEDGER_NAMES.get(ledger, ledger) + (" $" if use.dollars and ledger not in LEDGER_NAMES else "")
+        shown = money if use.dollars else str
+        cap = "-" if use.cap is None else shown(use.cap)
+        used = f"[yellow]{shown(use.used)}[/yellow]" if use.near else shown(use.used)
         table.add_row(escape(name), use.window, used, cap, _at(use.resets_at_ms))
     console.print(table)
     for scope in view.scopes:
@@ -73,3 +88,8 @@ def limits(env_file: EnvFileOption = None, url: ValkeyUrlOption = None, as_json:
             )
     elif said:
         console.print(f"{len(said)} live hosts run with the same limits")
+    if view.spend_differs:
+        console.print("[yellow]live hosts cap dollars differently[/yellow] (fpUsd): " + ", ".join(
+            f"{escape(name)} {fp or 'none'}" for name, fp in sorted(view.spend.items())))  # fmt: skip
+    if view.open_holds:
+        console.print(f"{view.open_holds} dollar holds open (runs under way, or a dead worker's, settled by its lease)")

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
-from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors, print_json
+from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors, print_json, since_epoch_ms
 from pi_dispatch.cli.job import JobArgument
 from pi_dispatch.cli.reads import run_store
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
@@ -88,7 +87,7 @@ def retry(
             [Problem("retry", "needs a job id or --failed, not both", "command line", "name one job, or pass --failed")]
         )
     store = store_address(url)
-    since_ms = _since(since)
+    since_ms = since_epoch_ms(since)
 
     async def run(client: Any) -> list[tuple[str, Any]]:
         if job_id is not None:
@@ -117,21 +116,6 @@ def _say_retried(job_id: str, done: Any) -> None:
         errors.print(f"job {shown} is still {state} on {queue}: retry needs it finished (cancel it first)")
     else:
         errors.print(f"job {shown} completed: there is nothing to run again")
-
-
-def _since(text: str | None) -> int:
-    """--since as epoch ms: an ISO time, or an age such as 90m, 2h or 1d."""
-    if text is None:
-        return 0
-    units = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}
-    if text[-1:] in units and text[:-1].isascii() and text[:-1].isdigit():  # isdigit alone takes "²", int() not
-        return wall_ms() - int(text[:-1]) * units[text[-1]]
-    try:
-        return int(datetime.fromisoformat(text).timestamp() * 1000)
-    except ValueError:
-        raise ConfigError(
-            [Problem("--since", f"{text!r} is not a time", "command line", "give an ISO time, or an age like 2h or 1d")]
-        ) from None
 
 
 def drain(

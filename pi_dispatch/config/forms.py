@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pi_dispatch.config.patterns import grouped, schema_pattern, schema_tail, whole_number_pattern
+from pi_dispatch.core.money import MAX_MICROS, MICROS_PER_USD, USD_AMOUNT_PATTERN, format_micros, parse_usd_micros
 from pi_dispatch.core.names import PROFILE_NAME_RE
 from pi_dispatch.core.profiles import ABSOLUTE_SCRIPT, MAX_PROFILES, TABLE_PATTERN, render_profiles
 
@@ -149,6 +150,28 @@ class TextForm(Form):
     def host_schema(self, bounds: Bounds) -> dict[str, Any]:
         kind: Any = ["string", "null"] if self.nullable else "string"
         return {"type": kind, "pattern": schema_pattern(self.pattern), **self._marks()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class UsdForm(TextForm):
+    """An amount of US dollars (the reference's grammar, read into integer micro-dollars), or empty for none; an
+    inventory may declare it as a number too, written into the env file in the canonical form."""
+
+    pattern: str = USD_AMOUNT_PATTERN
+    what: str = "an amount of US dollars above 0 and at most 1000000, six decimals at most (such as 2.50)"
+    blank_is_default: bool = True
+    nullable: bool = True
+
+    def host_types(self) -> tuple[type, ...]:
+        return (str, int, float, type(None))
+
+    def host_schema(self, bounds: Bounds) -> dict[str, Any]:
+        return {"type": ["string", "number", "null"], "pattern": schema_pattern(self.pattern),
+                "exclusiveMinimum": 0, "maximum": MAX_MICROS // MICROS_PER_USD}  # fmt: skip
+
+    def env_text(self, value: object) -> str:
+        micros = parse_usd_micros(value)
+        return "" if value is None else format_micros(micros) if micros is not None else str(value)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,10 +32,12 @@ from pi_dispatch.config.forms import (
     OptionalWholeForm,
     ProfilesForm,
     TextForm,
+    UsdForm,
     WholeForm,
 )
 from pi_dispatch.core.egress import egress_armed
 from pi_dispatch.core.errors import Problem
+from pi_dispatch.core.money import parse_usd_micros
 from pi_dispatch.core.names import (
     IMAGE_REFERENCE_RE,
     PROFILE_NAME_RE,
@@ -74,6 +76,17 @@ def _whole(value: object) -> object:
 
 def _optional_whole(value: object) -> object:
     return None if value is None or (isinstance(value, str) and not value.strip(" \t")) else _whole(value)
+
+
+def _usd(value: object) -> object:
+    """An amount of dollars as integer micro-dollars, None for empty; a typed value is micro-dollars already."""
+    if isinstance(value, str):
+        if not value:
+            return None
+        if (micros := parse_usd_micros(value)) is None:
+            raise refused()
+        return micros
+    return value
 
 
 def _cpus(value: object) -> object:
@@ -176,6 +189,7 @@ Whole = Annotated[int, BeforeValidator(_whole), WholeForm()]
 OptionalWhole = Annotated[int | None, BeforeValidator(_optional_whole), OptionalWholeForm()]
 WholeMs = Annotated[int, BeforeValidator(_whole), WholeForm(unit=" of milliseconds")]
 Cpus = Annotated[float, BeforeValidator(_cpus), CpusForm()]
+UsdMicros = Annotated[int | None, BeforeValidator(_usd), UsdForm()]
 Flag = Annotated[bool, BeforeValidator(_flag), FlagForm()]
 # On unless exactly 0: the reference's strict switch (PI_EGRESS), where an empty value keeps it on.
 Switch = Annotated[bool, BeforeValidator(_switch), FlagForm(blank_is_default=True)]

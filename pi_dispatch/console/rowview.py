@@ -8,6 +8,8 @@ import json
 from collections.abc import Mapping
 from typing import Final
 
+from pi_dispatch.core.money import format_micros, read_dollars
+
 # The row's numeric fields (milliseconds since the epoch, counts, a pid); blank means "not known": null.
 NUMBERS: Final = frozenset(
     {"beatAt", "startedAt", "polledAt", "tookAt", "concurrency", "pid", "cronCount", "jobsMore", "slotsFree"}
@@ -62,8 +64,9 @@ def clock_note(row: Mapping[str, object]) -> str:
 
 
 def run_usage(record: Mapping[str, object]) -> str:
-    """What a run used, as its record says (its exit line's turns, tokens and the runner's price): `3 turns · 600
-    tokens · $0.0123`, or `-` when it said nothing."""
+    """What a run used, as its record says (its exit line's turns, tokens and the runner's price, then what its
+    dollar hold settled to): `3 turns · 600 tokens · $0.0123 · charged $0.25 of $1.00 held (metered)`, or `-` when it
+    said nothing."""
     said = []
     turns, tokens = record.get("turns"), record.get("tokens")
     if isinstance(turns, int) and not isinstance(turns, bool):
@@ -74,4 +77,7 @@ def run_usage(record: Mapping[str, object]) -> str:
             said.append(f"{int(total)} tokens")
         if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
             said.append(f"${cost:.4f}")
+    if (dollars := read_dollars(record.get("dollars"))) is not None:
+        reserved, settled = (format_micros(int(str(dollars[name]))) for name in ("reservedMicros", "settledMicros"))
+        said.append(f"charged ${settled} of ${reserved} held ({dollars['basis']})")
     return " · ".join(said) or "-"

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Mapping
 from typing import Any, Final, Protocol
 
 from pi_dispatch.core.errors import PiDispatchError
+from pi_dispatch.core.exitauth import EXIT_AUTH_VARIABLE
 from pi_dispatch.core.forges import FORGES
 from pi_dispatch.core.jscompat import get, js_string, nullish
 
@@ -21,8 +22,13 @@ JOB_KINDS: Final = FORGE_KINDS | {LOCAL_KIND}
 # Variables the worker sets in every job container (a job may not bind a secret over them); PI_OFFLINE=1 is the
 # reference's word to the runner that it may not fetch or update anything of its own.
 JOB_VARIABLES: Final = ("PI_JOB_ID", "PI_JOB_ATTEMPT", "PI_JOB_KIND", "PI_HOST", "PI_OFFLINE")
+# And those it sets for an image that declares it reads them: its cost cap, and where its exit line's key is
+COST_CAP_VARIABLE: Final = "PI_MAX_COST_MICROS"
+SPEND_VARIABLES: Final = (COST_CAP_VARIABLE, EXIT_AUTH_VARIABLE)
 # And what the runtime sets in it: a binding over any of these would be overwritten.
-CONTAINER_VARIABLES: Final = frozenset({*JOB_VARIABLES, "PATH", "HOME", "HOSTNAME", "USER", "TERM", "SHELL"})
+CONTAINER_VARIABLES: Final = frozenset(
+    {*JOB_VARIABLES, *SPEND_VARIABLES, "PATH", "HOME", "HOSTNAME", "USER", "TERM", "SHELL"}
+)
 # What a trigger fires on (`on.type`), as its jobs' records name it (`triggerType`).
 TRIGGER_TYPES: Final = frozenset({"cron", "label", "comment", "pull_request", "issue"})
 DEDUP_TTL_MS: Final = 600_000

@@ -32,6 +32,11 @@ BASES: Final = frozenset({METERED, FLOOR, "refunded", "unreserved"})
 MODEL_BASES: Final = frozenset({METERED, FLOOR, "refunded"})
 MAX_MICROS: Final = 1_000_000 * MICROS_PER_USD
 AMOUNT_RE: Final = re.compile(r"(0|[1-9][0-9]{0,6})(?:\.([0-9]{1,6}))?")
+# The amounts AMOUNT_RE reads that are also above 0 and at most 1,000,000: what a schema can say of a setting
+USD_AMOUNT_PATTERN: Final = (
+    r"[1-9][0-9]{0,5}(?:\.[0-9]{1,6})?|1000000(?:\.0{1,6})?"
+    r"|0\.(?:[1-9][0-9]{0,5}|0[1-9][0-9]{0,4}|00[1-9][0-9]{0,3}|000[1-9][0-9]{0,2}|0000[1-9][0-9]?|00000[1-9])"
+)
 
 
 def parse_usd_micros(value: object) -> int | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
@@ -20,7 +19,7 @@ from typing import Any, Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pi_dispatch.core.errors import PiDispatchError
-from pi_dispatch.core.forges import FORGES
+from pi_dispatch.core.scopes import job_qualified_scope, qualified_prefix, qualified_scope
 
 WEEKDAYS: Final = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")  # datetime.weekday()'s order
 EVERY_SCOPE: Final = "*"
@@ -29,9 +28,6 @@ PAUSED_UNTIL: Final = "pausedUntil"
 NEAR_ENOUGH_MS: Final = 1000  # a window ending sooner than this lets the job through rather than delay it for it
 HHMM_RE: Final = re.compile(r"([0-9]{1,2}):([0-9]{2})")
 DATE_RE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
-QUALIFIED_RE: Final = re.compile(r"([^/\\:]+):(.*)", re.DOTALL)
-REPO_SEGMENT: Final = r"[^/\s#:\x00-\x1f\x7f](?:[^/#:\x00-\x1f\x7f]*[^/\s#:\x00-\x1f\x7f])?"
-QUALIFIED_REPO_RE: Final = re.compile(rf"{REPO_SEGMENT}(?:/{REPO_SEGMENT})+")
 
 
 class PauseWindowsError(PiDispatchError):
@@ -99,15 +95,12 @@ def _scope(value: object, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise PauseWindowsError(f"{where}.scope: a repository, a folder or * is required")
     scope = value.strip()
-    qualified = QUALIFIED_RE.fullmatch(unicodedata.normalize("NFC", scope))
-    if scope == EVERY_SCOPE or scope.startswith("/") or qualified is None:
+    if scope == EVERY_SCOPE or scope.startswith("/") or qualified_prefix(scope) is None:
         return scope
-    kind, repo = qualified[1], qualified[2].strip()
-    if kind not in FORGES:
-        raise PauseWindowsError(f"{where}.scope {scope!r}: unknown forge {kind!r} (use one of {', '.join(FORGES)})")
-    if QUALIFIED_REPO_RE.fullmatch(repo) is None:
-        raise PauseWindowsError(f"{where}.scope {scope!r}: write {kind}:owner/name, so it can match a repository")
-    return f"{kind}:{repo}"
+    try:
+        return qualified_scope(scope)
+    except ValueError as error:
+        raise PauseWindowsError(f"{where}.scope {scope!r}: {error}") from None
 
 
 def _days(value: object, where: str) -> frozenset[int] | None:
@@ -170,8 +163,8 @@ def pause_scopes(data: Mapping[str, Any]) -> tuple[str, ...]:
     repo, kind = data.get("repo"), data.get("kind")
     if not isinstance(repo, str) or not repo.strip():
         return ()
-    qualified = (unicodedata.normalize("NFC", f"{kind}:{repo}"),) if isinstance(kind, str) and kind.strip() else ()
-    return (repo, *qualified)
+    qualified = job_qualified_scope(kind, repo)
+    return (repo, qualified) if qualified is not None else (repo,)
 
 
 def paused_until(windows: tuple[PauseWindow, ...], data: Mapping[str, Any], now_ms: int) -> int | None:

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from pi_dispatch.core.jobs import FORGE_KINDS, LOCAL_KIND, TRIGGER_TYPES, target_separator
 from pi_dispatch.core.jscompat import MISSING, get, js_string, nullish
+from pi_dispatch.core.money import read_dollars
 from pi_dispatch.core.reasons import REASONS
 from pi_dispatch.core.runusage import read_context, read_tokens, read_usage
 
@@ -112,6 +113,7 @@ def build_record(
         "session": _session(source.get("session")),
         "context": read_context(source.get("context")),  # this port's: how full the agent's context window ended
         "host": host,
+        "dollars": read_dollars(source.get("dollars")),  # what the run held and was charged (micro-dollars)
     }
 
 
@@ -142,6 +144,7 @@ _FIELDS: Final[dict[str, tuple[tuple[type, ...], bool]]] = {
     "triggerType": (_TEXT, False),
     "session": (_OBJECT, False),
     "context": (_OBJECT, False),
+    "dollars": (_OBJECT, False),
 }
 REQUIRED_FIELDS: Final = ("jobId", *(field for field, (_, required) in _FIELDS.items() if required), "attempt", "host")
 

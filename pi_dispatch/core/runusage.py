@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from pi_dispatch.core.exitauth import UNVERIFIED, VERIFIED, authentic_exit_lines
 from pi_dispatch.core.jscompat import js_json_parse
 
 TAIL_CHARS: Final = 8192  # the reference's TAIL_CAP_BYTES: an exit line older than this much output is lost
@@ -167,6 +168,7 @@ class RunUsage:
     context: dict[str, int] | None = None
     code: int | None = None  # the code the runner said it exits with
     reason: str | None = None  # a policy reason, only on a line that says code 2
+    exit_auth: str | None = None  # with a key: whether a signed line verified (`core/exitauth.py`); else None
 
     @property
     def total_tokens(self) -> int | None:
@@ -179,10 +181,13 @@ class RunUsage:
                 "context": self.context}  # fmt: skip
 
     @classmethod
-    def of(cls, tail: str) -> RunUsage:
+    def of(cls, tail: str, key: str | None = None) -> RunUsage:
+        """What the tail's last exit line says; with the attempt's key, only a line signed with it is read."""
+        if key is not None:
+            tail = authentic_exit_lines(tail, key)
         line = exit_line(tail)
         if line is None:
-            return cls()
+            return cls(exit_auth=UNVERIFIED if key is not None else None)
         code = _whole(line.get("code")) if not isinstance(line.get("code"), bool) else None
         reason = line.get("reason")
         return cls(
@@ -193,4 +198,5 @@ class RunUsage:
             context=read_context(line.get("context")),
             code=code,
             reason=reason if code == 2 and reason in RUNNER_POLICY_REASONS else None,
+            exit_auth=VERIFIED if key is not None else None,
         )

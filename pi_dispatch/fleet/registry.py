@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pi_dispatch.core.budget import LIMITS_ROW_FIELD, LIMITS_ROW_RE
 from pi_dispatch.core.capabilities import CAP_SECRET, CAP_WAIT, ROUTE_FRESH_MS
+from pi_dispatch.core.dollarplan import FPUSD_ROW_FIELD
 from pi_dispatch.core.jscompat import finite, js_number, js_sorted, js_string, utf16_key
 from pi_dispatch.core.keys import HOST_LIVE, REHOME_SILENT, host_row_key
 from pi_dispatch.core.names import PROFILE_NAME_RE, WORKER_NAME_RE, worker_name_problem
@@ -343,6 +344,7 @@ _ROW_SHAPES: Final = {
     "caps": re.compile(rf"(?:{_TOKEN}(?:,{_TOKEN})*)?"),
     ROW_FIELD: re.compile(rf"(?:{_RUNTIME}(?:,{_RUNTIME})*)?"),
     LIMITS_ROW_FIELD: LIMITS_ROW_RE,
+    FPUSD_ROW_FIELD: re.compile(r"[0-9a-f]{16}"),
     "concurrency": re.compile(r"[0-9]*"),
     "pid": re.compile(r"[0-9]*"),
 }

@@ -4,6 +4,7 @@ and a payload; the job's output is the payloads in order, handed on by a thread 
 from __future__ import annotations
 
 import contextlib
+import socket
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -35,6 +36,16 @@ def attached_output(sock: Any) -> Iterator[tuple[bytes, bytes]]:
         del buffer[:position]
         if payloads:
             yield bytes(payloads), bytes(stdout)
+
+
+def hand_over(sock: Any, data: bytes) -> None:
+    """Write `data` on the container's stdin and close it (the stream's write half: with `stdin_once`, the daemon
+    then closes the container's stdin), the output still read. A stream that refuses leaves stdin open: a runner
+    waiting on it ends with its timeout, its line unsigned."""
+    raw = getattr(sock, "_sock", sock)
+    with contextlib.suppress(OSError):
+        raw.sendall(data)
+        raw.shutdown(socket.SHUT_WR)
 
 
 def following(

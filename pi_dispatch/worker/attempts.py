@@ -25,16 +25,16 @@ from redis.exceptions import RedisError
 from pi_dispatch.core.capabilities import job_needs
 from pi_dispatch.core.egress import PROXY_VARIABLES
 from pi_dispatch.core.egressprofiles import OFFLINE_NETWORK, EgressPlan
+from pi_dispatch.core.exitauth import image_capabilities
 from pi_dispatch.core.jobbounds import job_refusal
 from pi_dispatch.core.jobs import CONTAINER_VARIABLES, QueuedJob
 from pi_dispatch.core.jscompat import iso_string
-from pi_dispatch.core.keys import BUDGET_PREFIX, bull_key
+from pi_dispatch.core.keys import bull_key
 from pi_dispatch.core.names import IMAGE_REFERENCE_RE
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.core.records import build_record
 from pi_dispatch.core.runtimes import RuntimeChoice
 from pi_dispatch.core.runusage import RunUsage
-from pi_dispatch.fleet.budgets import Reservation
 from pi_dispatch.fleet.control import cancelled_of
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.store import PrimaryCheck
@@ -63,6 +63,7 @@ from pi_dispatch.worker.outcomes import (
 from pi_dispatch.worker.output import Outputs, RunningOutput
 from pi_dispatch.worker.scripts import InfraRetry, Refusal
 from pi_dispatch.worker.secrets import SecretsGate
+from pi_dispatch.worker.spend import Holds
 from pi_dispatch.worker.waitgate import WaitGate
 
 if TYPE_CHECKING:
@@ -106,9 +107,8 @@ class Attempts:
         self.name = settings.worker_name
         # with egress on, a resolver may not name the proxy either: the job's way out is the host's to say
         reserved = CONTAINER_VARIABLES | (set(PROXY_VARIABLES) if self.egress is not None else set())
-        self.secrets = SecretsGate(
-            settings.secret_profiles, timeout_s=settings.secret_resolve_timeout_ms / 1000, reserved=reserved
-        )
+        self.secrets = SecretsGate(settings.secret_profiles, timeout_s=settings.secret_resolve_timeout_ms / 1000,
+                                   reserved=reserved)  # fmt: skip
         self.place = JobPlace(
             self.secrets, settings.secret_profiles, settings.wait_profiles, self.egress_plan, self.runtimes
         )  # fmt: skip
@@ -145,18 +145,16 @@ class Attempts:
         except JobFailure as failure:
             failed = {"reason": failure.reason, "exitCode": failure.exit_code, **failure.telemetry}
             self.record(job, data, started, None, failed)
-            self.log(
-                "job_failed", {"jobId": str(job.id), "queue": queue, "reason": failure.reason, "retry": failure.retry}
-            )
+            self.log("job_failed", {"jobId": str(job.id), "queue": queue, "reason": failure.reason,
+                                    "retry": failure.retry})  # fmt: skip
             if failure.retry:
                 raise
             raise UnrecoverableError(str(failure)) from None
         except Exception as error:  # broad: the processor's edge; one job's bug never takes the worker down
             reason = error.reason if isinstance(error, InfraRetry) else Reason.INFRA
             self.record(job, data, started, None, {"reason": reason})
-            self.log(
-                "job_failed", {"jobId": str(job.id), "queue": queue, "reason": reason, "error": type(error).__name__}
-            )
+            self.log("job_failed", {"jobId": str(job.id), "queue": queue, "reason": reason,
+                                    "error": type(error).__name__})  # fmt: skip
             raise JobFailure(reason, retry=True) from None
         finally:
             self.started.discard(job_id)
@@ -240,11 +238,12 @@ class Attempts:
                 secrets = await self.secrets.resolve(data)
             if isinstance(secrets, Refusal):
                 return self._refused(job, secrets)
-            reservation = await self.limits.reserve(str(job.id), data)  # the token cap, then the windows
+            capabilities = image_capabilities(await self.runtime.image_labels(image))  # what its runner reads
+            reservation = await self.limits.reserve(str(job.id), data, capabilities)  # tokens, windows, dollars
             if isinstance(reservation, Refusal):
                 return self._refused(job, reservation)
             fence = LockFence(self.client, queue, str(job.id), token, self.settings.lock_duration_ms)
-            launch = Launch(image, secrets, way, network, runtime)
+            launch = Launch(image, secrets, way, network, runtime, reservation.environment, reservation.exit_key)
             try:
                 return await self._run_container(job, launch, data, fence, reservation)
             finally:
@@ -303,7 +302,7 @@ class Attempts:
         return image
 
     async def _run_container(
-        self, job: QueuedJob, launch: Launch, data: Mapping[str, Any], fence: LockFence, reservation: Reservation
+        self, job: QueuedJob, launch: Launch, data: Mapping[str, Any], fence: LockFence, reservation: Holds
     ) -> dict[str, object]:
         settings, job_id, image = self.settings, str(job.id), launch.image
         try:
@@ -348,14 +347,15 @@ class Attempts:
         return await self._ended(job_id, end, fence, reservation, (began, data.get("flow")))
 
     async def _ended(
-        self, job_id: str, end: ContainerEnd, fence: LockFence, reservation: Reservation, run: tuple[float, object]
+        self, job_id: str, end: ContainerEnd, fence: LockFence, reservation: Holds, run: tuple[float, object]
     ) -> dict[str, object]:
         """The result of a container that ended, with what its exit line says it used, its tokens counted."""
         began, flow = run
-        usage = RunUsage.of(end.stdout_tail)  # telemetry only: the exit code alone decides the outcome
-        await self.limits.count_tokens(job_id, usage.total_tokens)
+        usage = RunUsage.of(end.stdout_tail, reservation.exit_key)  # telemetry: the exit code decides the outcome
+        stopped = end.aborted or end.timed_out or fence.lost.is_set() or job_id in self.cancelled
+        trusted = not stopped and usage.code == end.exit_code  # what its dollars may settle to (`spend.py`)
         self.metrics.used(flow, usage)
-        telemetry = usage.telemetry() | {"budgetReserved": reservation.holds(BUDGET_PREFIX)}
+        telemetry = usage.telemetry() | await self.limits.settle(job_id, reservation, usage, trusted=trusted, flow=flow)
         try:
             await self._unless_cancelled(job_id, exit_code=end.exit_code)
             if fence.lost.is_set():  # whatever the container said, another worker may run this job now

@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import docker
@@ -28,10 +27,11 @@ from pi_dispatch.core.reasons import ExitCode
 from pi_dispatch.core.runusage import StdoutTail
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.valkey import STORE_FAULTS
-from pi_dispatch.worker.attachstream import following
+from pi_dispatch.worker.attachstream import following, hand_over
 from pi_dispatch.worker.outcomes import ContainerEnd, DockerUnavailable, ImageMissing
 
 if TYPE_CHECKING:
+    from pi_dispatch.worker.jobspec import ContainerSpec
     from pi_dispatch.worker.output import AttemptOutput
 
 LABEL_JOB: Final = "dev.pi-dispatch.job"
@@ -63,27 +63,6 @@ def listed_labels(container: Any) -> dict[str, str]:
     """A listed container's labels (a sparse listing has them at the top, as the daemon's list gives them)."""
     labels = container.attrs.get("Labels")
     return labels if isinstance(labels, dict) else {}
-
-
-@dataclass(frozen=True)
-class ContainerSpec:
-    """Everything one job's container is made from."""
-
-    job_id: str
-    attempt: int
-    image: str
-    job_dir: Path
-    environment: Mapping[str, str]
-    memory_mb: int
-    cpus: float
-    timeout_s: float
-    network: str | None = None  # the daemon's default when None
-    user: str | None = None  # the image's own user when None
-    read_only: bool = False
-    log_mb: int = 10
-    docker_log: bool = True  # False when the worker keeps the output itself: Docker then keeps no second copy
-    resolver: Path | None = None  # a file to be the job's /etc/resolv.conf (egress: one naming no resolver)
-    runtime: str | None = None  # the OCI runtime (runsc: gVisor); the daemon's default when None
 
 
 @dataclass
@@ -141,11 +120,19 @@ class ContainerRuntime:
 
     async def image_id(self, image: str) -> str | None:
         """The local image id (`sha256:…`), or None when the image is not here or Docker is down."""
+        found = await self._image(image)
+        return str(found.id) if found is not None else None
+
+    async def image_labels(self, image: str) -> dict[str, str] | None:
+        """The local image's labels (what it declares it can do); None when it is not here or Docker is down."""
+        found = await self._image(image)
+        return dict(found.labels or {}) if found is not None else None
+
+    async def _image(self, image: str) -> Any:
         try:
-            found = await self._call(self.client.images.get, image)
+            return await self._call(self.client.images.get, image)
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             return None
-        return str(found.id)
 
     async def _fleet_containers(self, *labels: str) -> list[Any]:
         """The fleet's containers with these labels, from the daemon's listing alone (`sparse`: without it docker-py
@@ -237,7 +224,10 @@ class ContainerRuntime:
                 str(spec.job_dir): {"bind": "/job", "mode": "ro"},
                 **({str(spec.resolver): {"bind": "/etc/resolv.conf", "mode": "ro"}} if spec.resolver else {}),
             },
-            detach=True,
+            # a key on stdin: the SDK asks for StdinOnce (stdin closed at the end of what we write) only in a
+            # config that is not detached; the container is still started and followed as any other
+            detach=spec.stdin_key is None,
+            stdin_open=spec.stdin_key is not None,
         )
 
     async def run(
@@ -314,11 +304,14 @@ class ContainerRuntime:
         Attached before the start, so nothing is missed; the attach stream carries the output as the container
         writes it, in large frames, where the logs endpoint would decode the log driver's file line by line
         (measured: 10 MiB of lines cost a job 3-7% of its time this way, about 100% that way)."""
+        params = {"stdout": 1, "stderr": 1, "stream": 1} | ({"stdin": 1} if spec.stdin_key is not None else {})
         try:
-            sock = await self._call(container.attach_socket, params={"stdout": 1, "stderr": 1, "stream": 1})
+            sock = await self._call(container.attach_socket, params=params)
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             self.log("container_logs_unreadable", {"jobId": spec.job_id})
             return None
+        if spec.stdin_key is not None:  # the runner reads its stdin to the end before anything else
+            await self._call(hand_over, sock, f"{spec.stdin_key}\n".encode())
         lost = partial(self.log, "container_logs_unreadable", {"jobId": spec.job_id})
         return following(sock, write, stdout, lost, name=f"output-{spec.job_id[:32]}")
 

@@ -4,12 +4,11 @@ the job's own variables, this host's limits, and with egress on its one way out 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pi_dispatch.core.jobs import QueuedJob
-from pi_dispatch.worker.containers import ContainerSpec
 from pi_dispatch.worker.egressgate import EgressWay
 
 if TYPE_CHECKING:
@@ -27,6 +26,28 @@ def attempts_made(job: QueuedJob) -> int:
 
 
 @dataclass(frozen=True)
+class ContainerSpec:
+    """Everything one job's container is made from."""
+
+    job_id: str
+    attempt: int
+    image: str
+    job_dir: Path
+    environment: Mapping[str, str]
+    memory_mb: int
+    cpus: float
+    timeout_s: float
+    network: str | None = None  # the daemon's default when None
+    user: str | None = None  # the image's own user when None
+    read_only: bool = False
+    log_mb: int = 10
+    docker_log: bool = True  # False when the worker keeps the output itself: Docker then keeps no second copy
+    resolver: Path | None = None  # a file to be the job's /etc/resolv.conf (egress: one naming no resolver)
+    runtime: str | None = None  # the OCI runtime (runsc: gVisor); the daemon's default when None
+    stdin_key: str | None = field(default=None, repr=False)  # written on its stdin, then closed (`core/exitauth.py`)
+
+
+@dataclass(frozen=True)
 class Launch:
     """What a job's container is made with once its gates have passed."""
 
@@ -35,6 +56,8 @@ class Launch:
     way: EgressWay | None  # with egress on, its one way out
     network: str | None  # the Docker network it joins (None: the daemon's default; `none`: no network)
     runtime: str | None = None  # the OCI runtime it runs under (None: the daemon's default)
+    spend: Mapping[str, str] = field(default_factory=dict)  # its cost cap and exit-line channel (`spend.py`)
+    exit_key: str | None = None  # the key its runner signs the exit line with, handed over on its stdin
 
 
 def container_spec(
@@ -58,6 +81,7 @@ def container_spec(
             "PI_HOST": settings.worker_name,
             "PI_OFFLINE": "1",
             **(way.environment() if way is not None else {}),
+            **launch.spend,
         },
         memory_mb=settings.job_memory_mb,
         cpus=settings.job_cpus,
@@ -69,4 +93,5 @@ def container_spec(
         docker_log=not kept,
         resolver=way.resolver if way is not None else None,
         runtime=launch.runtime,
+        stdin_key=launch.exit_key,
     )

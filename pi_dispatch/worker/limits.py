@@ -4,8 +4,9 @@
 2. A job whose scope runs as many jobs as its `concurrent` allows (on this host, then fleet-wide for a forge job on
    a named host: the lease `slot:s:<hash16>:<i>`) waits 5 s, never refused; a local folder runs one job at a time.
 3. Just before its container: the day's tokens against PI_DAILY_TOKEN_CAP, then its start counted in its scope's
-   ledger and then the fleet's (`fleet/budgets.py`), refusing `scope-cap`, `over-budget` or `soft-hold`. A start
-   whose container never ran is given back; one that ran counts, whatever its end. Its tokens are counted after.
+   ledger and then the fleet's (`fleet/budgets.py`), refusing `scope-cap`, `over-budget` or `soft-hold`; then its
+   dollars held (`spend.py`), refusing `dollar-cap`. A start whose container never ran is given back, its dollars
+   too; one that ran counts, whatever its end. Its tokens are counted after, and its dollars settled.
 
 The files are read at boot (a bad one is a config error, exit 2) and watched; a bad edit keeps the last good one.
 """
@@ -40,6 +41,7 @@ from pi_dispatch.core.pausewindows import (
     read_pause_windows,
 )
 from pi_dispatch.core.reasons import Reason
+from pi_dispatch.core.runusage import RunUsage
 from pi_dispatch.core.scopedlimits import (
     ScopedLimits,
     ScopedLimitsError,
@@ -55,6 +57,7 @@ from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.filewatch import FileWatch, Refused
 from pi_dispatch.infra.valkey import STORE_FAULTS
 from pi_dispatch.worker.scripts import Refusal
+from pi_dispatch.worker.spend import Holds, Spend, SpendRefusal
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -152,6 +155,8 @@ class Limits:
         settings = self.settings
         self.lease = FleetLease(self.client, settings.worker_name) if settings.worker_name_declared else None
         self.claim_ms = settings.job_timeout_ms + CLAIM_SLACK_MS
+        self.spend = Spend(settings, self.client, self.now, self.log, self.claim_ms)
+        self._swap_scoped(self.scoped)  # said at boot as on each reload
 
     def watch(self) -> None:
         """Watch the files for edits (each swapped in when it reads well)."""
@@ -167,18 +172,19 @@ class Limits:
         digest = hash16(json.dumps(files)) if files != [[], []] else ""
         settings = self.settings
         caps = limits_signature(settings.job_caps, settings.soft_hold_pct, settings.daily_token_cap, digest)
-        return {LIMITS_ROW_FIELD: caps}
+        return {LIMITS_ROW_FIELD: caps} | self.spend.fingerprint(self.scoped)
 
     async def windows(self) -> list[WindowUse]:
         """Every window this host counts in, as the store holds them now (one round trip), for the metrics."""
         settings = self.settings
-        view = await read_limits(
-            self.client, settings.job_caps, settings.daily_token_cap, self.scoped, rows=(), now_ms=self.now()
-        )  # fmt: skip
+        view = await read_limits(self.client, settings.job_caps, settings.daily_token_cap, self.scoped, rows=(),
+                                 now_ms=self.now(), dollars=settings.dollar_caps)  # fmt: skip
         return [*view.windows, *(use for scope in view.scopes for use in scope.windows)]
 
     def _swap_scoped(self, scoped: ScopedLimits) -> None:
         self.scoped = scoped
+        if scoped.dollar_rows() and self.settings.max_cost_usd is None:  # their jobs are refused config-refused
+            self.log("scoped_limits_dollar_rows_without_cap", {"rows": len(scoped.dollar_rows())})
 
     def _swap_pauses(self, pauses: tuple[PauseWindow, ...]) -> None:
         self.pauses = pauses
@@ -211,8 +217,8 @@ class Limits:
 
     async def take_scope(self, job_id: str, data: Mapping[str, Any]) -> ScopeHold | None:
         """The job's scope slot, or None when its scope is busy (the job waits SCOPE_BUSY_RECHECK_MS)."""
-        scope = job_scope(data)
-        row = self.scoped.row_for(scope)
+        row = self.scoped.row_of(data)
+        scope = row.scope if row is not None else job_scope(data)  # every key is named by the matched row
         limit = concurrency_for(data, row)
         if scope is None or limit is None:
             return ScopeHold()
@@ -253,35 +259,67 @@ class Limits:
     def ledgers(self, data: Mapping[str, Any]) -> list[Ledger]:
         """Where the job's start is counted, narrowest first: its scope's row (when it caps a window), the fleet's."""
         settings = self.settings
-        row = self.scoped.row_for(job_scope(data))
+        row = self.scoped.row_of(data)
         ledgers = [Ledger(scope_ledger(row.scope), row.caps, scope=row.scope)] if row and row.caps.active() else []
         return [*ledgers, Ledger(BUDGET_PREFIX, settings.job_caps, settings.soft_hold_pct)]
 
-    async def reserve(self, job_id: str, data: Mapping[str, Any]) -> Reservation | Refusal:
-        """Count the job's start, or the refusal of a cap (raises the store's error: the attempt is retried)."""
+    async def reserve(
+        self, job_id: str, data: Mapping[str, Any], capabilities: frozenset[str] | None = frozenset()
+    ) -> Holds | Refusal:
+        """Count the job's start, then hold its dollars; or the refusal of a cap (raises the store's error, nothing
+        then held: the attempt is retried). `capabilities`: what the job's image declares it can do."""
+        scoped = self.scoped  # one reading of the file for the whole decision
         cap = self.settings.daily_token_cap
         if cap is not None and (spent := await tokens_spent(self.client, self.now())) >= cap:
             self.log("over_token_budget", {"jobId": job_id, "spent": spent, "cap": cap})
             return Refusal(Reason.DAILY_TOKEN_CAP)
+        holds = self.spend.plan(job_id, data, scoped, capabilities)
+        if isinstance(holds, Refusal):
+            return holds
         reservation = await reserve(self.client, self.ledgers(data), self.now())
+        if (refused := self._refusal(job_id, data, reservation)) is not None:
+            return refused
+        holds.held = reservation.held
+        try:
+            refused = await self.spend.hold(job_id, data, scoped, holds)
+        except BaseException:  # a fault or a cancel: the job's starts are given back, nothing of it held
+            await self.unspent(holds)
+            raise
+        if refused is not None:  # every job-count window given back too: the fleet's no longer counts it
+            await self.unspent(holds)
+        return refused or holds
+
+    def _refusal(self, job_id: str, data: Mapping[str, Any], reservation: Reservation) -> Refusal | None:
         if (ledger := reservation.refused_by) is None:
-            return reservation
+            return None
         verdict = reservation.verdict
         fields: dict[str, object] = {"jobId": job_id, "window": str(verdict.window), "reserved": verdict.reserved,
                                      "cap": verdict.cap}  # fmt: skip
         if ledger.scope is not None:
             self.log("over_scope_budget", {**fields, "scopeKey": ledger.prefix, "kind": _kind(data)})
-            return BudgetRefusal(Reason.SCOPE_CAP, held=False)
+            return SpendRefusal(Reason.SCOPE_CAP, held=False)
         if verdict.state is WindowState.SOFT_HOLD:
             self.log("soft_hold", {**fields, "pct": self.settings.soft_hold_pct})
-            return BudgetRefusal(Reason.SOFT_HOLD, held=True)
+            return SpendRefusal(Reason.SOFT_HOLD, held=True)
         self.log("over_budget", fields)
-        return BudgetRefusal(Reason.OVER_BUDGET, held=True)
+        return SpendRefusal(Reason.OVER_BUDGET, held=True)
 
-    async def unspent(self, reservation: Reservation) -> None:
-        """No container started: the start is given back to every window it was counted in."""
+    async def unspent(self, holds: Reservation) -> None:
+        """No container started: the start is given back to every window it was counted in, the dollars too."""
         with contextlib.suppress(*STORE_FAULTS):
-            await asyncio.shield(refund(self.client, reservation))
+            await asyncio.shield(refund(self.client, holds))
+        if isinstance(holds, Holds):
+            await asyncio.shield(self.spend.release(holds))
+
+    async def settle(
+        self, job_id: str, holds: Reservation, usage: RunUsage, *, trusted: bool, flow: object
+    ) -> dict[str, object]:
+        """A run's end counted: its tokens, and its dollars settled. What the record says of them."""
+        await self.count_tokens(job_id, usage.total_tokens)
+        fields: dict[str, object] = {"budgetReserved": holds.holds(BUDGET_PREFIX)}
+        if isinstance(holds, Holds):
+            fields["dollars"] = await self.spend.settle(job_id, holds, usage, trusted=trusted, flow=flow)
+        return fields
 
     async def count_tokens(self, job_id: str, total: int | None) -> None:
         """A run's tokens, into the day's counter when it is capped (never fails the run)."""
@@ -292,8 +330,18 @@ class Limits:
         except STORE_FAULTS as fault:
             self.log("token_spend_error", {"jobId": job_id, "reason": type(fault).__name__})
 
+    async def sweep_holds(self, *, own: bool = False) -> None:
+        """Dollar holds left open by a worker that died mid-run settled at the floor: those whose lease has ended
+        (each beat, any host), and with `own` those of this worker's earlier run (at boot, its containers gone)."""
+        try:
+            await self.spend.sweep(own=own)
+        except STORE_FAULTS as fault:
+            self.log("dollar_holds_sweep_skipped", {"reason": "valkey-fault", "detail": type(fault).__name__})
+
     async def sweep_claims(self, reaped: bool) -> None:
-        """At boot: the scope leases a dead run of this worker left, once its containers are known gone."""
+        """At boot: the scope leases and dollar holds a dead run of this worker left, once its containers are known
+        gone."""
+        await self.sweep_holds(own=reaped)
         if self.lease is None or not (rows := self.scoped.concurrent_rows()):
             return
         if not reaped:
@@ -307,16 +355,6 @@ class Limits:
             return
         if swept:
             self.log("scope_claims_swept", {"count": swept})
-
-
-@dataclass(frozen=True)
-class BudgetRefusal(Refusal):
-    """A cap's refusal, saying whether the fleet's own window still counts this start (`budgetReserved`)."""
-
-    held: bool = False
-
-    def result(self) -> dict[str, object]:
-        return {**super().result(), "budgetReserved": self.held}
 
 
 async def _delay(job: QueuedJob, token: str, until_ms: int) -> NoReturn:

@@ -161,6 +161,14 @@ class WorkerMetrics:
             ["flow", "model"],
             registry=registry,
         )
+        self.dollars_settled = Counter(
+            "pi_dispatch_dollars_settled_micros",
+            "Micro-dollars runs' dollar holds settled to (what the dollar windows keep of each run), by flow, model "
+            "and basis: metered (the trusted exit line's cost) or floor (the whole hold: untrusted, incomplete, or "
+            "a dead worker's hold swept).",
+            ["flow", "model", "basis"],
+            registry=registry,
+        )
         self.limit_used = Gauge(
             "pi_dispatch_limit_used",
             "Each limit window's count now (ledger budget: the fleet's starts; budget:t: tokens; budget:s:<hash16>: a "
@@ -198,8 +206,16 @@ class WorkerMetrics:
                 self.steals.inc()
             elif event == "store_reset":
                 self.store_resets.inc()
+            elif event in ("dollar_settled", "dollar_hold_swept"):
+                self._settled(fields)
 
         return counted
+
+    def _settled(self, fields: Mapping[str, object]) -> None:
+        micros = fields.get("settledMicros")
+        if isinstance(micros, int) and micros > 0:
+            flow, model = self._labels.of("flow", fields.get("flow")), self._labels.of("model", fields.get("model"))
+            self.dollars_settled.labels(flow, model, str(fields.get("basis"))).inc(micros)
 
     @contextlib.contextmanager
     def timed_gate(self, gate: str) -> Iterator[None]:

@@ -12,7 +12,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pi_dispatch.infra.store import store_of
 from pi_dispatch.infra.valkey import STORE_FAULTS, bounded, describe
@@ -37,16 +37,39 @@ class Check:
         return {"check": self.name, "ok": self.ok, "detail": self.detail}
 
 
-async def _store(settings: WorkerSettings) -> Check:
+async def _store(settings: WorkerSettings) -> list[Check]:
     store = store_of(settings)
     client = store.client(CHECK_TIMEOUT_S)
     try:
         await bounded(client.ping(), CHECK_TIMEOUT_S)
+        spend = await _spend(settings, client)
     except STORE_FAULTS as error:  # any refusal (auth, Sentinel, network) is this check's answer
-        return Check("store", False, f"{store.shown()} did not answer ({describe(error)}); fix: VALKEY_* settings")
+        return [Check("store", False, f"{store.shown()} did not answer ({describe(error)}); fix: VALKEY_* settings")]
     finally:
         await client.aclose()
-    return Check("store", True, f"{store.shown()} answered")
+    return [Check("store", True, f"{store.shown()} answered"), *spend]
+
+
+async def _spend(settings: WorkerSettings, client: Any) -> list[Check]:
+    """Whether the live hosts cap dollars as this one would (a warning, never a refusal, as a Node doctor's)."""
+    from pi_dispatch.core.dollarplan import FPUSD_ROW_FIELD, host_usd_fingerprint, spend_groups
+    from pi_dispatch.core.errors import ConfigError
+    from pi_dispatch.fleet.snapshot import registry_now
+    from pi_dispatch.worker.limits import read_limit_files
+
+    try:
+        scoped, _ = read_limit_files(settings, present_only=True)
+    except ConfigError:  # said by the check itself, before this
+        return []
+    mine = host_usd_fingerprint(settings.max_cost_usd, settings.dollar_caps, scoped)
+    said = {str(row.get("name")): row.get(FPUSD_ROW_FIELD) or None for row in getattr(await registry_now(client),
+            "hosts", []) if row.get("name") != settings.worker_name}  # fmt: skip
+    groups = spend_groups({**said, "(this host)": mine})
+    if not groups:
+        return [Check("dollar caps", True, f"the live hosts cap dollars as this one does (fpUsd {mine})")]
+    differ = "; ".join(f"{', '.join(names)}: {fingerprint}" for fingerprint, names in groups.items())
+    fix = "declare the dollar caps and rows once for every worker (group_vars)"
+    return [Check("dollar caps", True, f"warning: hosts cap dollars differently ({differ}); fix: {fix}")]
 
 
 def _docker(image: str) -> list[Check]:
@@ -128,4 +151,4 @@ async def live_checks(settings: WorkerSettings, plan: EgressPlan) -> list[Check]
     store, docker_found = await asyncio.gather(_store(settings), asyncio.to_thread(_docker, settings.job_image))
     folders = [_folder("logs dir", settings.logs_dir), _folder("jobs dir", settings.jobs_dir)]
     egress = [await _egress(plan.network_names())] if settings.egress_network is not None else []
-    return [store, *docker_found, *egress, *_scripts(settings), *folders]
+    return [*store, *docker_found, *egress, *_scripts(settings), *folders]

@@ -86,6 +86,7 @@ class Upkeep:
             Step("cron", parts.cron.retry),
             Step("steal-offer", self._offer),
             Step("orphans", self._orphans),
+            Step("dollar-holds", self._holds),
         )
 
     async def run(self) -> None:
@@ -118,6 +119,10 @@ class Upkeep:
         if recorder.unwritten and recorder.retry():
             self.log("run_records_unwritten", {"count": len(recorder.unwritten)})
         recorder.remirror()
+
+    async def _holds(self) -> None:
+        """Dollar holds whose worker died before settling them, settled at the floor once their lease ends."""
+        await self.parts.limits.sweep_holds()
 
     async def _metrics(self) -> None:
         parts = self.parts

@@ -14,6 +14,8 @@ from jsonschema import Draft202012Validator
 
 from pi_dispatch.config.schemas import load_schema
 from pi_dispatch.core.budget import LIMITS_ROW_FIELD, Window, scope_ledger, scope_slot_prefix, window_key
+from pi_dispatch.core.dollarplan import FPUSD_ROW_FIELD, USD_PREFIX, usd_model_prefix
+from pi_dispatch.fleet.dollars import OPEN_HOLDS
 from pi_dispatch.fleet.registry import HostRegistry
 from tests.support.helpers import run_cli
 
@@ -69,3 +71,42 @@ def test_a_bad_scoped_limits_file_is_a_config_error_naming_it(tmp_path: Path) ->
     said = run_cli("limits", "--env-file", str(env), "--valkey-url", "redis://127.0.0.1:1/0")
     assert said.returncode == 2 and "PI_SCOPED_LIMITS_FILE" in said.stderr and "wildcards" in said.stderr
     assert "Traceback" not in said.stderr
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+async def test_limits_shows_dollar_windows_in_dollars_open_holds_and_hosts_that_cap_dollars_differently(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, as_json: bool
+) -> None:
+    now = int(time.time() * 1000)
+    limits = tmp_path / "scoped-limits.json"
+    limits.write_text(json.dumps({"version": 2, "limits": [{"scope": "model:openai/gpt-5", "dayUsd": "40"}]}))
+    env = tmp_path / "worker.env"
+    env.write_text(f"PI_MAX_COST_USD=2.50\nPI_DAILY_COST_USD=100\nPI_SCOPED_LIMITS_FILE={limits}\n")
+    await client.set(window_key(USD_PREFIX, Window.DAY, now), 85_000_000)
+    await client.set(window_key(usd_model_prefix("openai/gpt-5"), Window.DAY, now), 2_500_000)
+    await client.zadd(OPEN_HOLDS, {"mini1#gh-1#ab": now + 60_000})
+    rows = [HostRegistry(client, name) for name in ("mini1", "mini2")]
+    await rows[0].start({FPUSD_ROW_FIELD: "0123456789abcdef"})
+    await rows[1].start({})  # a host that holds no dollars beside one that does
+    try:
+        said = await asyncio.to_thread(
+            run_cli, "limits", "--env-file", str(env), "--valkey-url", valkey_url, *(["--json"] if as_json else [])
+        )
+    finally:
+        for row in rows:
+            await row.close()
+    assert said.returncode == 0, said.stderr
+    if not as_json:
+        assert "fleet $" in said.stdout and "$85.00" in said.stdout and "$100.00" in said.stdout
+        assert "cap dollars differently" in said.stdout and "1 dollar holds open" in said.stdout
+        return
+    document = json.loads(said.stdout)
+    assert list(Draft202012Validator(load_schema("cli-limits")).iter_errors(document)) == []
+    usd = [use for use in document["windows"] if use["ledger"] == USD_PREFIX]
+    assert [(use["window"], use["used"], use["cap"]) for use in usd] == [
+        ("day", 85_000_000, 100_000_000), ("week", 0, None), ("month", 0, None)
+    ]
+    assert usd[0]["near"] is True
+    (model,) = document["scopes"]
+    assert model["scope"] == "model:openai/gpt-5" and model["windows"][0]["used"] == 2_500_000
+    assert document["openHolds"] == 1 and document["spendDiffers"] is True

@@ -35,6 +35,7 @@ FIELDS = [
     "session",
     "context",
     "host",
+    "dollars",
 ]
 
 
@@ -65,7 +66,7 @@ def build(data: dict[str, Any] | None, result: dict[str, Any] | None = None, **k
     return build_record(**options)
 
 
-def test_fields_in_order_with_host_last() -> None:
+def test_fields_in_order_with_host_then_dollars_last() -> None:
     record = build(forge_job(), {"outcome": "completed", "exitCode": 0, "turns": 4})
     assert list(record) == FIELDS
     assert record["target"] == "acme/web#7"

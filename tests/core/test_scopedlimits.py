@@ -1,4 +1,4 @@
-"""The scoped limits file, version 1, read as the reference reads it (upstream-limits §4.1, §4.6)."""
+"""The scoped limits file, versions 1 and 2, read as the reference reads it (upstream-limits §4.1, §4.6)."""
 
 from __future__ import annotations
 
@@ -51,8 +51,61 @@ def test_a_file_without_a_version_or_limits_is_refused(raw: object) -> None:
 
 
 def test_a_newer_version_is_refused_naming_both_versions() -> None:
-    with pytest.raises(ScopedLimitsError, match=r"version 2: written by a newer .* reads version 1"):
-        parse_scoped_limits(limits({"scope": "acme/web", "day": 1}, version=2))
+    with pytest.raises(ScopedLimitsError, match=r"version 3: written by a newer .* reads version 2"):
+        parse_scoped_limits(limits({"scope": "acme/web", "day": 1}, version=3))
+
+
+def test_version_2_reads_dollar_caps_model_rows_and_qualified_scopes() -> None:
+    parsed = parse_scoped_limits(limits(
+        {"scope": "acme/web", "dayUsd": "5", "weekUsd": 20, "concurrent": 1},
+        {"scope": "forgejo:acme/api", "monthUsd": "0.5"},
+        {"scope": "model:OpenAI/GPT-5.4", "dayUsd": "1.25"},
+        version=2,
+    ))  # fmt: skip
+    web, api, model = parsed.rows
+    assert web.dollars == WindowCaps(5_000_000, 20_000_000, None) and web.concurrent == 1
+    assert api.scope == "forgejo:acme/api" and api.dollars.month == 500_000
+    assert model.model == "openai/gpt-5.4" and parsed.model_rows() == (model,)
+    assert parsed.dollar_rows() == (web, api, model)
+    # a forge job matches its qualified row first, then its bare one; a model row never matches a job
+    assert parsed.row_of({"kind": "forgejo", "repo": "acme/api"}) == api
+    assert parsed.row_of({"kind": "github", "repo": "acme/api"}) is None
+    assert parsed.row_of({"kind": "github", "repo": "acme/web"}) == web
+    assert parsed.row_for("model:OpenAI/GPT-5.4") is None
+
+
+def test_version_1_drops_dollar_fields_and_keeps_a_colon_scope_bare() -> None:
+    parsed = parse_scoped_limits(limits({"scope": "a:b/c", "day": 1, "dayUsd": "5"}))
+    assert parsed.rows == (ScopeRow("a:b/c", WindowCaps(1), None),)
+    with pytest.raises(ScopedLimitsError, match="no limit"):
+        parse_scoped_limits(limits({"scope": "acme/web", "dayUsd": "5"}))
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        {"scope": "acme/web", "dayUsd": "0"}, {"scope": "acme/web", "dayUsd": "1.1234567"},
+        {"scope": "acme/web", "dayUsd": "-1"}, {"scope": "acme/web", "weekUsd": True},
+        {"scope": "model:other/other", "dayUsd": "1"}, {"scope": "Model:openai/gpt", "dayUsd": "1"},
+        {"scope": "models:openai/gpt", "dayUsd": "1"}, {"scope": "model :openai/gpt", "dayUsd": "1"},
+        {"scope": "model:gpt", "dayUsd": "1"}, {"scope": "model:openai/gpt", "day": 3},
+        {"scope": "model:openai/gpt", "concurrent": 1}, {"scope": "gitea:acme/web", "day": 1},
+        {"scope": "github:web", "day": 1}, {"scope": "github:acme/web#x", "day": 1}, {"scope": "a:b/c", "day": 1},
+        {"scope": "project:shop", "dayUsd": "1"},
+    ],
+)  # fmt: skip
+def test_what_a_version_2_reader_refuses(row: object) -> None:
+    with pytest.raises(ScopedLimitsError):
+        parse_scoped_limits(limits(row, version=2))
+
+
+def test_a_repository_limited_bare_and_qualified_is_refused_and_models_compare_lowercase() -> None:
+    with pytest.raises(ScopedLimitsError, match="both limit one repository"):
+        parse_scoped_limits(limits({"scope": "acme/web", "day": 1}, {"scope": "github:acme/web", "day": 2}, version=2))
+    with pytest.raises(ScopedLimitsError, match="limited twice"):
+        parse_scoped_limits(limits(
+            {"scope": "model:openai/gpt", "dayUsd": 1}, {"scope": "model:OpenAI/GPT", "dayUsd": 2}, version=2
+        ))  # fmt: skip
 
 
 def test_duplicates_are_refused_once_resolved() -> None:

@@ -175,8 +175,9 @@ async def test_a_runs_exit_line_lands_in_its_record_and_the_days_tokens_cap_the_
             await add(queue, job_id, number, demoUsage=600)
             await finished_job(queue, job_id)
     first = record(one.logs_dir, "tok-1")
-    assert first["turns"] == 3 and first["tokens"] == {
-        "input": 450, "output": 150, "total": 600, "cost": 0.0123, "metered": True
+    said = {key: first["tokens"].get(key) for key in ("input", "output", "total", "cost", "metered", "unpriced")}
+    assert first["turns"] == 3 and said == {
+        "input": 450, "output": 150, "total": 600, "cost": 0.0123, "metered": True, "unpriced": 0
     }  # fmt: skip
     assert first["context"] == {"tokens": 600, "window": 200000} and first["budgetReserved"] is True
     assert record(one.logs_dir, "tok-2")["outcome"] == "completed"  # 600 spent: under the cap when it started

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from pi_dispatch.core.exitauth import image_capabilities, new_exit_key
+from pi_dispatch.core.runusage import RunUsage
 from pi_dispatch.infra.events import Recorder
 from pi_dispatch.worker.containers import (
     LABEL_FLEET,
@@ -19,11 +21,11 @@ from pi_dispatch.worker.containers import (
     LABEL_JOB,
     STOP_GRACE_S,
     ContainerRuntime,
-    ContainerSpec,
     DockerUnavailable,
     ImageMissing,
     StopRequest,
 )
+from pi_dispatch.worker.jobspec import ContainerSpec
 from pi_dispatch.worker.output import AttemptOutput, Capped, Masker
 
 
@@ -235,3 +237,24 @@ async def test_while_the_worker_keeps_the_output_docker_keeps_no_copy(
     await running
     sink.close()
     assert b"tick 2" in (tmp_path / "kept.log").read_bytes()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(("forge", "verified"), [(0, True), (1, False), (2, False)])
+async def test_an_exit_auth_image_is_handed_its_key_on_stdin_and_signs_its_line_with_it(
+    tmp_path: Path, job_image: str, runtime: ContainerRuntime, forge: int, verified: bool
+) -> None:
+    assert image_capabilities(await runtime.image_labels(job_image)) >= {"exitAuth", "costCap"}
+    key = new_exit_key()
+    event = {"demoUsage": 1000, "demoCost": 250_000, "demoForge": forge}
+    environment = {"PI_JOB_ID": "gh-1", "PI_EXIT_AUTH": "stdin", "PI_MAX_COST_MICROS": "500000"}
+    spec = spec_for(tmp_path, job_image, event, environment=environment, stdin_key=key)
+    end = await runtime.run(spec, output=None, stop=StopRequest())
+    usage = RunUsage.of(end.stdout_tail, key)
+    assert end.exit_code == 0 and key not in end.stdout_tail
+    assert usage.exit_auth == ("verified" if verified else "unverified")
+    if verified:
+        assert usage.tokens is not None and usage.tokens["cost"] == 0.25 and usage.tokens["costCapMicros"] == 500_000
+        assert usage.usage is not None and usage.usage["models"][0]["model"] == "demo-1"
+    else:
+        assert usage.tokens is None and RunUsage.of(end.stdout_tail).total_tokens == 1000  # there, but not believed

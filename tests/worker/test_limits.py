@@ -73,7 +73,7 @@ def test_config_check_reads_the_limit_files_as_the_worker_does(tmp_path: Path) -
     from tests.support.helpers import run_cli
 
     limits = tmp_path / "scoped-limits.json"
-    limits.write_text('{"version": 2, "limits": []}')
+    limits.write_text('{"version": 3, "limits": []}')
     env_file = tmp_path / "worker.env"
     env_file.write_text(f"PI_SCOPED_LIMITS_FILE={limits}\n")
     said = run_cli("config", "check", "--env-file", str(env_file))

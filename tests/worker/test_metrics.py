@@ -166,9 +166,10 @@ async def test_a_worker_serves_its_counts_gauges_and_timings_over_http(
     assert depth[(("queue", "pi-jobs"), ("state", "delayed"))] == 1
     assert depth[(("queue", "pi-jobs"), ("state", "failed"))] == 1
     assert depth[(("queue", "pi-jobs@metered"), ("state", "waiting"))] == 0
-    assert by_name(samples, "pi_dispatch_run_tokens_total") == {(("flow", "triage"), ("model", "unknown")): 600}
+    # the example image's exit line has a per-model ledger: its one row names the model
+    assert by_name(samples, "pi_dispatch_run_tokens_total") == {(("flow", "triage"), ("model", "demo/demo-1")): 600}
     assert by_name(samples, "pi_dispatch_run_cost_dollars_total") == {
-        (("flow", "triage"), ("model", "unknown")): 0.0123
+        (("flow", "triage"), ("model", "demo/demo-1")): 0.0123
     }
     used = by_name(samples, "pi_dispatch_limit_used")
     assert used[(("ledger", "budget"), ("window", "day"))] == 3  # three containers started; the refused one did not

@@ -48,7 +48,16 @@ def test_a_host_that_can_serve_passes_every_check(tmp_path: Path, valkey_url: st
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     names = [check["check"] for check in report["checks"]]
-    assert names == ["store", "docker", "job image", "secret profile prod", "wait profile ci", "logs dir", "jobs dir"]
+    assert names == [
+        "store",
+        "dollar caps",
+        "docker",
+        "job image",
+        "secret profile prod",
+        "wait profile ci",
+        "logs dir",
+        "jobs dir",
+    ]
     assert report["ok"] and all(check["ok"] for check in report["checks"])
 
 
