@@ -108,11 +108,13 @@ class DenialWatch:
 
         async def watch_container(container_id: str) -> None:
             returned = self.now_ms()  # its start has returned: Docker gave it the address after its last holder ended
-            if (found := await self.address(container_id)) is not None:
-                # from when its process started, as Docker says (its first request may come before this loop hears
-                # that the start returned); never later than that
-                address, started = found
-                self.watch(job_id, address, profile, min(started, returned) if started is not None else returned)
+            if (found := await self.address(container_id)) is None:  # its refusals will be nobody's: said once
+                self.log("egress_watch_unavailable", {"jobId": job_id})
+                return
+            # from when its process started, as Docker says (its first request may come before this loop hears
+            # that the start returned); never later than that
+            address, started = found
+            self.watch(job_id, address, profile, min(started, returned) if started is not None else returned)
 
         return watch_container
 

@@ -281,7 +281,7 @@ class Limits:
             return refused
         holds.held = reservation.held
         try:
-            refused = await self.spend.hold(job_id, data, scoped, holds)
+            refused = await self.spend.hold(job_id, holds)
         except BaseException:  # a fault or a cancel: the job's starts are given back, nothing of it held
             await self.unspent(holds)
             raise

@@ -69,6 +69,7 @@ class Holds(Reservation):
 
     dollars: DollarHold | None = None
     cap: int | None = None  # the job's cost cap in micro-dollars (None: not capped)
+    ledgers: list[DollarLedger] = field(default_factory=list)  # the dollar windows it holds its cap in
     exit_key: str | None = field(default=None, repr=False)  # the key its exit line is signed with
     environment: dict[str, str] = field(default_factory=dict)  # PI_MAX_COST_MICROS, PI_EXIT_AUTH
 
@@ -123,7 +124,7 @@ class Spend:
             return SpendRefusal(Reason.CONFIG_REFUSED)
         if cap is not None and COST_CAP_CAPABILITY not in capabilities:
             return SpendRefusal(Reason.JOB_IMAGE_COST_CAP_UNSUPPORTED)
-        holds = Holds(cap=cap)
+        holds = Holds(cap=cap, ledgers=ledgers)
         if cap is not None:
             holds.environment[COST_CAP_VARIABLE] = str(cap)
         if EXIT_AUTH_CAPABILITY in capabilities:
@@ -131,13 +132,13 @@ class Spend:
             holds.environment[EXIT_AUTH_VARIABLE] = EXIT_AUTH_CHANNEL
         return holds
 
-    async def hold(self, job_id: str, data: Mapping[str, Any], scoped: ScopedLimits, holds: Holds) -> Refusal | None:
+    async def hold(self, job_id: str, holds: Holds) -> Refusal | None:
         """Hold the job's cap in its dollar windows (raises the store's error: nothing is then held)."""
         if not holds.cap:
             return None
-        ledgers = dollar_ledgers(self.settings.dollar_caps, scoped, data)
         hold_id = f"{self.settings.worker_name}#{job_id}#{secrets.token_hex(4)}"
-        held = await hold_dollars(self.client, ledgers, holds.cap, self.now(), hold_id=hold_id, lease_ms=self.lease_ms)
+        held = await hold_dollars(self.client, holds.ledgers, holds.cap, self.now(), hold_id=hold_id,
+                                  lease_ms=self.lease_ms)  # fmt: skip
         if isinstance(held, DollarHold):
             holds.dollars = held if held.keys else None
             return None

@@ -104,7 +104,9 @@ async def test_limits_shows_dollar_windows_in_dollars_open_holds_and_hosts_that_
     assert list(Draft202012Validator(load_schema("cli-limits")).iter_errors(document)) == []
     usd = [use for use in document["windows"] if use["ledger"] == USD_PREFIX]
     assert [(use["window"], use["used"], use["cap"]) for use in usd] == [
-        ("day", 85_000_000, 100_000_000), ("week", 0, None), ("month", 0, None)
+        ("day", 85_000_000, 100_000_000),
+        ("week", 0, None),
+        ("month", 0, None),
     ]
     assert usd[0]["near"] is True
     (model,) = document["scopes"]

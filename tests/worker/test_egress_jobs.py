@@ -107,6 +107,7 @@ async def test_a_job_reaches_the_listed_names_through_the_proxy_and_nothing_else
             logs_dir = w.worker.settings.logs_dir
             [*recorded] = (read_attempt_records(logs_dir, job_id)[-1].get("egressRefused") for job_id in fetches)
             told = [fields for name, fields in w.events.events if name == "egress_refused"]
+            seen = [(name, fields) for name, fields in w.events.events if "egress" in name or name == "job_done"]
     assert f"fetched http://allowed.example/: {GREETING}" in said["gh-allowed"], said
     for job_id in ("gh-denied", "gh-literal"):  # the proxy's answer: forbidden
         assert "fetch refused" in said[job_id] and "403" in said[job_id] and GREETING not in said[job_id], said
@@ -117,7 +118,7 @@ async def test_a_job_reaches_the_listed_names_through_the_proxy_and_nothing_else
     assert allowed == {"count": 0, "first": []} and direct == {"count": 0, "first": []}  # the firewall's: no proxy's
     assert denied["count"] == 1 and denied["first"][0] | {"at": None} == {
         "host": "denied.example", "port": 80, "method": "GET", "at": None
-    }, denied  # fmt: skip
+    }, (denied, seen)  # fmt: skip
     assert literal["count"] == 1 and literal["first"][0]["host"] == stand_in.allowed, literal
     assert "egress proxy refused GET denied.example:80" in said["gh-denied"], said
     assert sorted((fields["jobId"], fields["host"]) for fields in told) == [
