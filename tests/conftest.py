@@ -208,7 +208,36 @@ SERVICE_FIXTURES = {
     "node": {"seed_diff", "node_modules"},
     "squid": {"squid_binary"},
     "gvisor": {"gvisor"},
+    "browser": {"chromium"},
 }
+
+
+CHROMIUM_FLAGS = (  # headless, and nothing of its own on a closed network: no background fetches to refuse
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
+    "--disable-background-networking", "--disable-component-update", "--window-size=1280,900",
+)  # fmt: skip
+
+
+@pytest.fixture
+def chromium(tmp_path: Path) -> Iterator[Any]:
+    """Debian's Chromium, driven by Selenium through Debian's chromedriver (`./dev test` installs both)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    if not (Path("/usr/bin/chromium").exists() and Path("/usr/bin/chromedriver").exists()):
+        pytest.fail(
+            "no /usr/bin/chromium and /usr/bin/chromedriver: `./dev test` installs chromium and chromium-driver"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

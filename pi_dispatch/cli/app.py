@@ -13,6 +13,7 @@ import typer.main
 from rich.markup import escape
 
 from pi_dispatch import REFERENCE, __version__
+from pi_dispatch.cli.actions import actions
 from pi_dispatch.cli.audit import audit
 from pi_dispatch.cli.common import console, errors
 from pi_dispatch.cli.config import config_app
@@ -24,6 +25,7 @@ from pi_dispatch.cli.limits import limits
 from pi_dispatch.cli.receiver import init, receiver_app
 from pi_dispatch.cli.rollout import rollout_app
 from pi_dispatch.cli.steer import cancel, drain, resume, retry
+from pi_dispatch.cli.webconsole import webconsole
 from pi_dispatch.cli.worker import egress_proxy, job_network, runtime_reap, worker
 from pi_dispatch.core.errors import ConfigError, ExitStatus, PiDispatchError
 
@@ -77,6 +79,8 @@ app.command()(cancel)
 app.command()(retry)
 app.command()(drain)
 app.command()(resume)
+app.command()(actions)
+app.command("console")(webconsole)
 
 
 def report(error: PiDispatchError) -> NoReturn:
@@ -118,6 +122,8 @@ EXAMPLES: Final = {
     ("retry",): "pi-dispatch retry --failed --since 2h",
     ("drain",): "pi-dispatch drain mini1 --deadline 600",
     ("resume",): "pi-dispatch resume mini1",
+    ("actions",): "pi-dispatch actions --limit 20",
+    ("console",): "pi-dispatch console --port 10480",
 }
 
 

@@ -7,7 +7,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -80,20 +79,3 @@ def write_file(path: Path, text: str, option: str, *, exclusive: bool = False) -
         fix = "create its folder, or pass a path in a folder you can write to"
         raise ConfigError([Problem(str(path), f"cannot be written ({error.strerror})", option, fix)]) from None
     return True
-
-
-def since_epoch_ms(text: str | None) -> int:
-    """--since as epoch ms: an ISO time, or an age such as 90m, 2h or 1d."""
-    if text is None:
-        return 0
-    units = {"m": 60_000, "h": 3_600_000, "d": 86_400_000}
-    if text[-1:] in units and text[:-1].isascii() and text[:-1].isdigit():  # isdigit alone takes "²", int() not
-        from pi_dispatch.infra.clock import wall_ms
-
-        return wall_ms() - int(text[:-1]) * units[text[-1]]
-    try:
-        return int(datetime.fromisoformat(text).timestamp() * 1000)
-    except ValueError:
-        raise ConfigError(
-            [Problem("--since", f"{text!r} is not a time", "command line", "give an ISO time, or an age like 2h or 1d")]
-        ) from None

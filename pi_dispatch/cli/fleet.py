@@ -11,7 +11,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors, print_json, since_epoch_ms
+from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors, print_json
+from pi_dispatch.console.since import since_epoch_ms
 from pi_dispatch.core.errors import ExitStatus
 from pi_dispatch.fleet.registry import Unreachable
 

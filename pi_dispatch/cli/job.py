@@ -14,9 +14,6 @@ from pi_dispatch.cli.reads import run_store
 from pi_dispatch.core.errors import ExitStatus
 from pi_dispatch.core.names import record_stem
 from pi_dispatch.fleet.jobhistory import Entry, log_attempts, read_attempts, read_entries, wait_entries
-from pi_dispatch.fleet.locate import candidate_queues, locate
-from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
-from pi_dispatch.worker.history import read_attempt_records
 
 FOLLOW_START_S: Final = 60.0  # how long `logs -f` waits for a job's first output to appear
 QUIET_CHECK_S: Final = 15  # after this many quiet seconds a follower asks whether the attempt ended without a word
@@ -32,29 +29,13 @@ def logs_dir_of(option: Path | None) -> Path:
     return option or Path(os.environ.get("PI_LOGS_DIR") or HostFacts.of_this_machine().default_logs_dir())
 
 
-async def describe_job(client: Any, job_id: str, logs_dir: Path) -> dict[str, Any]:
-    """Everything `job` shows, as its --json prints it."""
-    from pi_dispatch.console.jobview import job_facts
-
-    stem = record_stem(job_id)
-    history = await read_attempts(client, stem) or read_attempt_records(logs_dir, job_id)
-    live = await read_live_hosts(client)
-    rows = live.hosts if isinstance(live, LiveHosts) else []
-    found = await locate(client, job_id, candidate_queues(rows, [record.get("host") for record in history]))
-    current = len(history) + 1
-    start = await read_entries(client, stem, current, count=1) if found and found[0].state == "active" else []
-    return job_facts(
-        job_id, found[0] if found else None, history, rows, start=start[0] if start else None, current=current
-    )
-
-
 def job(
     job_id: JobArgument, url: ValkeyUrlOption = None, logs_dir: LogsDirOption = None, as_json: JsonOption = False
 ) -> None:
     """Where a job is now (queue, state, hold, host, attempts left, next retry), its route, and every attempt."""
-    from pi_dispatch.console.jobview import print_job
+    from pi_dispatch.console.jobview import print_job, read_job_facts
 
-    facts = run_store(url, lambda client: describe_job(client, job_id, logs_dir_of(logs_dir)))
+    facts = run_store(url, lambda client: read_job_facts(client, job_id, logs_dir_of(logs_dir)))
     if as_json:
         print_json(facts)
     else:

@@ -13,18 +13,11 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from pi_dispatch.config.kinds import VALKEY_URL
+from pi_dispatch.console.fleetread import FleetRead, read_fleet_state
 from pi_dispatch.core.errors import ConfigError, PiDispatchError, Problem
-from pi_dispatch.core.keys import SHARED_QUEUE
-from pi_dispatch.fleet.backlog import BACKLOG_READ
-from pi_dispatch.fleet.hosts import HostQueue
 from pi_dispatch.fleet.mirror import MirroredRuns, merge_runs, read_mirrored_runs
-from pi_dispatch.fleet.queueview import read_queues
 from pi_dispatch.fleet.registry import LiveHosts, Unreachable, read_live_hosts
-from pi_dispatch.fleet.rehome import known_host_queues
 from pi_dispatch.fleet.snapshot import registry_now
-from pi_dispatch.fleet.steal import Waiting
-from pi_dispatch.fleet.storeview import StoreState, read_store_state
-from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.store import StoreAddress, store_from_environ
 from pi_dispatch.infra.valkey import describe
 from pi_dispatch.worker.history import read_records_counted
@@ -57,32 +50,8 @@ def read_registry(store: StoreAddress) -> LiveHosts | Unreachable:
     return asyncio.run(with_client(store, registry_now))  # type: ignore[no-any-return]
 
 
-@dataclass(frozen=True)
-class FleetRead:
-    """The registry; each named host's queue with since when its host is silent; the oldest jobs waiting on
-    every queue (`fleet/backlog.py`). The last two are empty when the store could not give them."""
-
-    live: LiveHosts | Unreachable
-    host_queues: list[HostQueue]
-    waiting: list[Waiting]
-    store: StoreState | None = None
-
-
-async def _fleet(client: Any, store: StoreAddress) -> FleetRead:
-    live = await registry_now(client)
-    if not isinstance(live, LiveHosts):
-        return FleetRead(live, [], [])
-    state = await read_store_state(client, store)
-    try:
-        names = await known_host_queues(client, live.hosts)
-        read = await read_queues(client, [SHARED_QUEUE, *names], live.hosts, wall_ms(), backlog=BACKLOG_READ)
-        return FleetRead(live, read.queues[1:], read.waiting, state)
-    except (RedisError, OSError, TimeoutError):
-        return FleetRead(live, [], [], state)
-
-
 def read_fleet(store: StoreAddress) -> FleetRead:
-    return asyncio.run(with_client(store, lambda client: _fleet(client, store)))  # type: ignore[no-any-return]
+    return asyncio.run(with_client(store, lambda client: read_fleet_state(client, store)))  # type: ignore[no-any-return]
 
 
 def read_mirror(store: StoreAddress, limit: int) -> MirroredRuns:

@@ -13,9 +13,10 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors, print_json, since_epoch_ms
+from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors, print_json
 from pi_dispatch.cli.job import JobArgument
 from pi_dispatch.cli.reads import run_store
+from pi_dispatch.console.since import since_epoch_ms
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.core.names import WORKER_NAME_RE
 from pi_dispatch.fleet.locate import candidate_queues
@@ -36,6 +37,13 @@ async def _queues(client: Any, job_id: str | None) -> list[str]:
     return candidate_queues(rows, [record.get("host") for record in history])
 
 
+async def _trail(client: Any, what: str, target: str, outcome: str) -> None:
+    """The action in the fleet's trail, by this command's Unix user (`pi-dispatch actions` lists it)."""
+    from pi_dispatch.fleet.trail import Action, record_action, unix_user
+
+    await record_action(client, Action(wall_ms(), unix_user(), "cli", what, target, outcome))
+
+
 def cancel(
     job_id: JobArgument,
     wait: Annotated[float, typer.Option("--wait", min=0, help="Seconds to wait for a running job to stop.")] = 15.0,
@@ -45,7 +53,9 @@ def cancel(
     from pi_dispatch.fleet.steer import cancel_job
 
     async def run(client: Any) -> Any:
-        return await cancel_job(client, job_id, await _queues(client, job_id), now=wall_ms, wait_s=wait)
+        done = await cancel_job(client, job_id, await _queues(client, job_id), now=wall_ms, wait_s=wait)
+        await _trail(client, "cancel", job_id, done.result)
+        return done
 
     done = run_store(url, run)
     shown = escape(job_id)
@@ -91,9 +101,13 @@ def retry(
 
     async def run(client: Any) -> list[tuple[str, Any]]:
         if job_id is not None:
-            return [(job_id, await retry_job(client, store, job_id, await _queues(client, job_id)))]
-        found = await failed_jobs(client, await _queues(client, None), since_ms=since_ms, host=host)
-        return [(each, await retry_job(client, store, each, [queue])) for each, queue in found]
+            done = [(job_id, await retry_job(client, store, job_id, await _queues(client, job_id)))]
+        else:
+            found = await failed_jobs(client, await _queues(client, None), since_ms=since_ms, host=host)
+            done = [(each, await retry_job(client, store, each, [queue])) for each, queue in found]
+        for each, result in done:
+            await _trail(client, "retry", each, result.result)
+        return done
 
     results = run_store(url, run)
     if as_json:
@@ -149,6 +163,7 @@ def _steer_host(host: str, drain: Any, url: str | None) -> None:
         live = await read_live_hosts(client)
         rows = {str(row.get("name")): row for row in live.hosts} if isinstance(live, LiveHosts) else {}
         await request_drain(client, host, drain)
+        await _trail(client, "drain" if drain is not None else "resume", host, "recorded")
         deadline = time.monotonic() + 20  # a live worker says so within a moment; a beat at the latest
         while host in rows and time.monotonic() < deadline:
             live = await read_live_hosts(client)

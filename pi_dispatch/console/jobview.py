@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -15,8 +16,28 @@ from pi_dispatch.console.rowview import run_usage
 from pi_dispatch.console.terminal import keep_whole, output_text, plain, visible
 from pi_dispatch.core.capabilities import explain_route
 from pi_dispatch.core.jscompat import iso_string
-from pi_dispatch.fleet.jobhistory import Entry
-from pi_dispatch.fleet.locate import Located
+from pi_dispatch.core.names import record_stem
+from pi_dispatch.fleet.jobhistory import Entry, read_attempts, read_entries
+from pi_dispatch.fleet.locate import Located, candidate_queues, locate
+from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
+from pi_dispatch.worker.history import read_attempt_records
+
+
+async def read_job_facts(client: Any, job_id: str, logs_dir: Path | None) -> dict[str, Any]:
+    """Everything `job` (and the web console's job page) shows, as `job --json` prints it: its attempts from the
+    store (else this host's own records in `logs_dir`), where it is now and its route, in a bounded few round trips."""
+    stem = record_stem(job_id)
+    history = await read_attempts(client, stem)
+    if not history and logs_dir is not None:
+        history = read_attempt_records(logs_dir, job_id)
+    live = await read_live_hosts(client)
+    rows = live.hosts if isinstance(live, LiveHosts) else []
+    found = await locate(client, job_id, candidate_queues(rows, [record.get("host") for record in history]))
+    current = len(history) + 1
+    start = await read_entries(client, stem, current, count=1) if found and found[0].state == "active" else []
+    return job_facts(
+        job_id, found[0] if found else None, history, rows, start=start[0] if start else None, current=current
+    )
 
 
 def _iso(ms: int | None) -> str | None:

@@ -81,6 +81,7 @@ async def test_each_json_output_validates_against_its_schema(
             "cli-job", await asyncio.to_thread(cli, "job", "gh-d-json", "--json", "--logs-dir", str(tmp_path), *store)
         )
         valid("cli-retry", await asyncio.to_thread(cli, "retry", "--failed", "--json", *store))
+        valid("cli-actions", await asyncio.to_thread(cli, "actions", "--json", *store))
     finally:
         for registry in registries:
             await registry.close()

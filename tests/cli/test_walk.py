@@ -51,6 +51,7 @@ def bad_inputs(job_file: Path, down: str) -> dict[tuple[str, ...], list[list[str
         ("retry",): ["gh-1"],
         ("drain",): ["mini1"],
         ("resume",): ["mini1"],
+        ("actions",): [],
         ("enqueue",): ["--job", str(job_file)],
         ("route",): ["--job", str(job_file)],
         ("rollout", "in-flight"): ["-i", str(EXAMPLE), "--host", "mini1"],
@@ -78,6 +79,8 @@ def bad_inputs(job_file: Path, down: str) -> dict[tuple[str, ...], list[list[str
         ["config", "render", "-i", str(EXAMPLE), "--host", "mini1", "--extra-vars", NOT_JSON],
     ]
     walked[("config", "schema")] = [["config", "schema", "--write", MISSING]]
+    # the console serves until stopped: a store that cannot be named (2), an address this host does not have (1)
+    walked[("console",)] = [["console", "--valkey-url", NO_SCHEME], ["console", "--bind", "no-such-host.invalid"]]
     return walked
 
 

@@ -44,6 +44,7 @@ SAYS = {
     "pi-dispatch cancel gh-docs-2": ["cancelled gh-docs-2"],
     "pi-dispatch drain mini3": ["mini3: draining"],
     "pi-dispatch resume mini3": ["mini3: resumed"],
+    "pi-dispatch actions --limit 5": ["resume", "mini3", "drain", "cli"],
 }
 
 

@@ -1,0 +1,178 @@
+"""The web console (`pi-dispatch console`): server-rendered pages over the store, read-only, for whoever can reach it
+(127.0.0.1 unless told otherwise). Each page answers one question in a bounded number of round trips whatever the
+store holds: find a job by id (a search box on every page), the latest runs with filters, one job (where it is, why,
+every attempt, its live output), the fleet, and the limits and spend.
+
+Jinja2 renders every page with autoescape on: a job's id, its data and its output are hostile text. Pages load only
+this server's own scripts and styles (htmx and a small script, vendored and pinned; no CDN), as the Content Security
+Policy says, and are never framed or cached.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import quote
+
+import jinja2
+from aiohttp import web
+
+from pi_dispatch.console.rowview import run_usage
+from pi_dispatch.console.since import since_epoch_ms
+from pi_dispatch.core.errors import ConfigError
+from pi_dispatch.core.money import format_micros
+from pi_dispatch.fleet.limitview import money
+from pi_dispatch.fleet.registry import LiveHosts
+from pi_dispatch.infra.valkey import STORE_FAULTS, describe
+from pi_dispatch.web.live import latest_attempt, stream_log
+from pi_dispatch.web.reads import OUTCOMES, RunFilter, read_fleet, read_job, read_runs, read_spend
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from pi_dispatch.infra.store import StoreAddress
+
+CLIENT: Final = web.AppKey("client", object)
+STORE: Final = web.AppKey("store", object)
+TEMPLATES: Final = web.AppKey("templates", jinja2.Environment)
+JOB_ID_MAX: Final = 512
+SECURITY_HEADERS: Final = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+STATIC: Final = {  # the only files served, by name: nothing is read from a path a request names
+    "htmx.min.js": ("htmx-2.0.11.min.js", "text/javascript"),
+    "console.js": ("console.js", "text/javascript"),
+    "console.css": ("console.css", "text/css"),
+}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _templates() -> jinja2.Environment:
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("pi_dispatch.web", "templates"),
+        autoescape=True,
+    )
+    environment.filters["usage"] = run_usage
+    environment.filters["usd"] = lambda micros: format_micros(int(micros))
+    environment.filters["money"] = money
+    environment.filters["quoted"] = lambda text: quote(str(text), safe="")
+    environment.filters["ago"] = lambda ms: f"{int(ms) // 1000} s" if isinstance(ms, int | float) else "-"
+    return environment
+
+
+@web.middleware
+async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every answer with the security headers; a store that cannot be read is said on a page, never a traceback."""
+    response: web.StreamResponse
+    try:
+        response = await handler(request)
+    except web.HTTPException as error:  # a redirect or a 404: answered as aiohttp words it, with the headers below
+        response = web.Response(status=error.status, text=error.text, headers=error.headers)
+    except STORE_FAULTS as error:
+        response = _page(request, "unavailable.html", {"title": "Not now", "why": describe(error)}, status=503)
+    except ConfigError as error:  # a filter that does not read (`since`)
+        response = _page(request, "unavailable.html", {"title": "That does not read", "why": str(error)}, status=400)
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    return response
+
+
+def _page(request: web.Request, template: str, context: Mapping[str, Any], status: int = 200) -> web.Response:
+    rendered = (
+        request.app[TEMPLATES]
+        .get_template(template)
+        .render(**context, search=request.query.get("q", ""), status=status)
+    )
+    return web.Response(text=rendered, status=status, content_type="text/html", charset="utf-8")
+
+
+def _client(request: web.Request) -> aioredis.Redis:
+    return request.app[CLIENT]  # type: ignore[return-value]
+
+
+async def home(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPFound("/runs")
+
+
+async def runs(request: web.Request) -> web.StreamResponse:
+    wanted = request.query.get("q", "").strip()
+    if wanted:  # the search box: straight to the job
+        raise web.HTTPFound(f"/jobs/{quote(wanted[:JOB_ID_MAX], safe='')}")
+    chosen = RunFilter.of(request.query, since_epoch_ms(request.query.get("since") or None))
+    found, degraded = await read_runs(_client(request), chosen)
+    context = {"runs": found, "degraded": degraded, "chosen": asdict(chosen), "outcomes": OUTCOMES,
+               "since": request.query.get("since", "")}  # fmt: skip
+    return _page(request, "runs.html", context)
+
+
+async def job(request: web.Request) -> web.StreamResponse:
+    job_id = request.match_info["job_id"][:JOB_ID_MAX]
+    facts = await read_job(_client(request), job_id)
+    attempt = await latest_attempt(_client(request), job_id)
+    return _page(request, "job.html", {"job": facts, "job_id": job_id, "attempt": attempt},
+                 status=200 if facts["found"] else 404)  # fmt: skip
+
+
+async def job_log(request: web.Request) -> web.StreamResponse:
+    job_id = request.match_info["job_id"][:JOB_ID_MAX]
+    chosen = request.query.get("attempt", "")
+    attempt = int(chosen) if chosen.isdigit() and 0 < int(chosen) < 10_000 else None
+    attempt = attempt or await latest_attempt(_client(request), job_id)
+    if attempt is None:
+        raise web.HTTPNotFound(text="no output of this job in the store")
+    return await stream_log(request, _client(request), job_id, attempt)
+
+
+async def fleet(request: web.Request) -> web.StreamResponse:
+    read = await read_fleet(_client(request), request.app[STORE])  # type: ignore[arg-type]
+    hosts = read.live.hosts if isinstance(read.live, LiveHosts) else []
+    state = read.live if not isinstance(read.live, LiveHosts) else None
+    context = {"hosts": hosts, "unreachable": state, "queues": read.host_queues, "waiting": read.waiting[:50],
+               "store": read.store}  # fmt: skip
+    return _page(request, "fleet.html", context)
+
+
+async def limits(request: web.Request) -> web.StreamResponse:
+    view = await read_spend(_client(request), int(time.time() * 1000))
+    return _page(request, "limits.html", {"view": view})
+
+
+async def no_icon(request: web.Request) -> web.StreamResponse:
+    return web.Response(status=204)  # browsers ask for one; the console has none
+
+
+async def static(request: web.Request) -> web.StreamResponse:
+    found = STATIC.get(request.match_info["name"])
+    if found is None:
+        raise web.HTTPNotFound()
+    name, kind = found
+    body = (resources.files("pi_dispatch.web") / "static" / name).read_bytes()
+    return web.Response(body=body, content_type=kind, headers={"Cache-Control": "public, max-age=3600"})
+
+
+def console_app(client: aioredis.Redis, store: StoreAddress) -> web.Application:
+    """The console's application over one store client (closed with it)."""
+    app = web.Application(middlewares=[guarded], client_max_size=64 * 1024)
+    app[CLIENT], app[STORE], app[TEMPLATES] = client, store, _templates()
+    app.router.add_get("/", home)
+    app.router.add_get("/runs", runs)
+    app.router.add_get("/jobs/{job_id}", job)
+    app.router.add_get("/jobs/{job_id}/log", job_log)
+    app.router.add_get("/fleet", fleet)
+    app.router.add_get("/limits", limits)
+    app.router.add_get("/static/{name}", static)
+    app.router.add_get("/favicon.ico", no_icon)
+
+    async def close(_: web.Application) -> None:
+        await client.aclose()
+
+    app.on_cleanup.append(close)
+    return app

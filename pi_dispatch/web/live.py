@@ -1,0 +1,84 @@
+"""A job's output as it comes, for the browser: server-sent events read from the store's stream of the attempt (the
+same entries `logs -f` prints), each event's id the stream entry's id, so a browser that reconnects says
+`Last-Event-ID` and resumes after the last line it has. A running job's output is sent from its start.
+
+An event carries the text only, as JSON data; the page puts it in the document as text, never as markup, so what a
+job prints (a `<script>` too) is shown, not run. The output was masked by its worker before it was stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import TYPE_CHECKING, Final
+
+from aiohttp import web
+
+from pi_dispatch.core.names import record_stem
+from pi_dispatch.fleet.jobhistory import Entry, log_attempts, read_attempts, read_entries, wait_entries
+from pi_dispatch.infra.valkey import STORE_FAULTS
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+PAGE: Final = 500  # entries read at a time while catching up
+KEEPALIVE_S: Final = 15.0  # a comment line this often, so proxies keep an idle stream open
+ENTRY_ID: Final = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+CONTROL: Final = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")  # a terminal's, not a page's
+
+
+def shown_text(data: bytes) -> str:
+    """Output as a page shows it: decoded leniently, terminal colours and other control characters dropped."""
+    return CONTROL.sub("", data.decode("utf-8", errors="replace"))
+
+
+def _event(entry: Entry) -> bytes:
+    if entry.kind == "text":
+        payload = {"text": shown_text(entry.text)}
+    else:  # start or end: what the page says of the attempt
+        payload = {key: value for key, value in entry.fields.items() if key in ("host", "at", "exitCode", "reason")}
+    data = json.dumps(payload, ensure_ascii=False)
+    return f"id: {entry.id}\nevent: {entry.kind}\ndata: {data}\n\n".encode()
+
+
+async def latest_attempt(client: aioredis.Redis, job_id: str) -> int | None:
+    """The newest attempt of the job with output in the store."""
+    stem = record_stem(job_id)
+    made = len(await read_attempts(client, stem))
+    streams = await log_attempts(client, stem, made + 1)
+    return streams[-1] if streams else None
+
+
+async def stream_log(request: web.Request, client: aioredis.Redis, job_id: str, attempt: int) -> web.StreamResponse:
+    """The attempt's output from its start (or after Last-Event-ID), then as it comes, until its end."""
+    stem = record_stem(job_id)
+    resume = request.headers.get("Last-Event-ID", "")
+    last = resume if ENTRY_ID.fullmatch(resume) else "0-0"
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
+                                           "X-Accel-Buffering": "no"})  # fmt: skip
+    await response.prepare(request)
+    try:
+        while True:  # what is there already, a page at a time
+            entries = await read_entries(client, stem, attempt, "-" if last == "0-0" else last, count=PAGE)
+            for entry in entries:
+                await response.write(_event(entry))
+                last = entry.id
+                if entry.kind == "end":
+                    return response
+            if len(entries) < PAGE:
+                break
+        while True:  # then what comes, until the attempt's end
+            arrived = await wait_entries(client, stem, attempt, last)
+            if not arrived:
+                await response.write(b": still running\n\n")
+            for entry in arrived:
+                await response.write(_event(entry))
+                last = entry.id
+                if entry.kind == "end":
+                    return response
+    except STORE_FAULTS:  # the browser reconnects and resumes where it was
+        await response.write(b"event: unavailable\ndata: {}\n\n")
+    except (ConnectionResetError, asyncio.CancelledError):  # the page went away
+        pass
+    return response

@@ -1,0 +1,94 @@
+"""The web console's pages and live output against a real redis-server, over real HTTP (aiohttp's test server):
+what each page answers, that hostile text stays text, that every answer carries the security headers, and that a
+job's output streams from its start and resumes after the last event a browser had."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from aiohttp.test_utils import TestClient, TestServer
+
+from pi_dispatch.core.names import record_stem
+from pi_dispatch.fleet.jobhistory import JobHistory
+from pi_dispatch.infra.store import StoreAddress
+from pi_dispatch.web.app import SECURITY_HEADERS, console_app
+
+pytestmark = [pytest.mark.redis]
+HOSTILE = "<script>alert(1)</script>"
+
+
+@pytest.fixture
+async def browser(valkey_url: str) -> AsyncIterator[TestClient[Any, Any]]:
+    store = StoreAddress(valkey_url)
+    async with TestClient(TestServer(console_app(store.client(), store))) as http:
+        yield http
+
+
+def events(body: str) -> list[dict[str, str]]:
+    found = []
+    for block in body.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line and not line.startswith(":"))
+        if "event" in fields:
+            found.append(fields)
+    return found
+
+
+async def test_each_page_answers_with_the_security_headers(browser: TestClient[Any, Any]) -> None:
+    for path, status in (("/runs", 200), ("/fleet", 200), ("/limits", 200), ("/jobs/nope", 404), ("/", 302),
+                         ("/static/htmx.min.js", 200), ("/static/..%2Fapp.py", 404), ("/nowhere", 404)):  # fmt: skip
+        answer = await browser.get(path, allow_redirects=False)
+        assert answer.status == status, path
+        for name, value in SECURITY_HEADERS.items():
+            if name != "Cache-Control" or not path.startswith("/static/"):
+                assert answer.headers.get(name) == value, (path, name)
+
+
+async def test_the_search_box_goes_to_the_job_and_hostile_ids_stay_text(browser: TestClient[Any, Any]) -> None:
+    answer = await browser.get("/runs", params={"q": HOSTILE}, allow_redirects=False)
+    assert answer.status == 302 and answer.headers["Location"] == "/jobs/%3Cscript%3Ealert(1)%3C%2Fscript%3E"
+    page = await (await browser.get(answer.headers["Location"])).text()
+    assert HOSTILE not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+async def test_a_filter_that_does_not_read_is_said_not_thrown(browser: TestClient[Any, Any]) -> None:
+    answer = await browser.get("/runs", params={"since": "last tuesday"})
+    assert answer.status == 400 and "--since" in await answer.text() and "Traceback" not in await answer.text()
+
+
+async def test_runs_are_listed_filtered_and_linked(browser: TestClient[Any, Any], client: aioredis.Redis) -> None:
+    from pi_dispatch.fleet.mirror import RunMirror
+
+    writer = RunMirror(client, 31)
+    for index, outcome in enumerate(("completed", "failed")):
+        record = {"jobId": f"gh-{index}", "kind": "github", "target": "acme/web#1", "flow": "triage",
+                  "startedAt": "2026-12-06T01:00:00.000Z", "endedAt": f"2026-12-06T01:0{index}:00.000Z",
+                  "outcome": outcome, "reason": None, "exitCode": 0, "attempt": 0, "host": "mini1"}  # fmt: skip
+        assert await writer.mirror(record, record_stem(record["jobId"]))
+    every = await (await browser.get("/runs")).text()
+    assert 'href="/jobs/gh-0"' in every and 'href="/jobs/gh-1"' in every
+    failed = await (await browser.get("/runs", params={"outcome": "failed"})).text()
+    assert 'href="/jobs/gh-1"' in failed and 'href="/jobs/gh-0"' not in failed
+
+
+async def test_a_jobs_output_streams_from_its_start_and_resumes_after_the_last_event(
+    browser: TestClient[Any, Any], client: aioredis.Redis
+) -> None:
+    history, stem = JobHistory(client, 60_000), record_stem("gh-live")
+    await history.started(stem, 1, {"host": "mini1", "at": "2026-12-06T01:00:00.000Z"})
+    await history.output(stem, 1, f"line one\n{HOSTILE}\n\x1b[31mred\x1b[0m\n".encode())
+    await history.ended(stem, 1, {"exitCode": "0"})
+    page = await (await browser.get("/jobs/gh-live")).text()
+    assert 'data-source="/jobs/gh-live/log?attempt=1"' in page
+    answer = await browser.get("/jobs/gh-live/log")
+    assert answer.headers["Content-Type"] == "text/event-stream"
+    said = events(await answer.text())
+    assert [event["event"] for event in said] == ["start", "text", "end"]
+    assert json.loads(said[1]["data"])["text"] == f"line one\n{HOSTILE}\nred\n"  # sent as data, colours dropped
+    resumed = events(await (await browser.get("/jobs/gh-live/log", headers={"Last-Event-ID": said[1]["id"]})).text())
+    assert [event["event"] for event in resumed] == ["end"]
+    missing = await browser.get("/jobs/never-ran/log")
+    assert missing.status == 404
