@@ -123,7 +123,7 @@ EXAMPLES: Final = {
     ("drain",): "pi-dispatch drain mini1 --deadline 600",
     ("resume",): "pi-dispatch resume mini1",
     ("actions",): "pi-dispatch actions --limit 20",
-    ("console",): "pi-dispatch console --port 10480",
+    ("console",): "pi-dispatch console --env-file /etc/pi-dispatch/console.env --port 10480",
 }
 
 

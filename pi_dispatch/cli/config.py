@@ -177,7 +177,7 @@ def config_render(
 @config_app.command("schema")
 def config_schema(
     name: Annotated[
-        str | None, typer.Argument(help="worker-env, host-vars or receiver-env; all three when left out.")
+        str | None, typer.Argument(help="worker-env, host-vars, receiver-env or console-env; all when left out.")
     ] = None,
     write: Annotated[
         Path | None, typer.Option("--write", help="Write NAME.schema.json into this folder instead of printing.")

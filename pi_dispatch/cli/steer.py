@@ -19,22 +19,10 @@ from pi_dispatch.cli.reads import run_store
 from pi_dispatch.console.since import since_epoch_ms
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.core.names import WORKER_NAME_RE
-from pi_dispatch.fleet.locate import candidate_queues
 from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
 from pi_dispatch.infra.clock import wall_ms
 
 HostArgument = Annotated[str, typer.Argument(help="The host's worker name, as `hosts` shows it.")]
-
-
-async def _queues(client: Any, job_id: str | None) -> list[str]:
-    """The queues a job may be on: the shared one, every registered host's, and those of the hosts that ran it."""
-    from pi_dispatch.core.names import record_stem
-    from pi_dispatch.fleet.jobhistory import read_attempts
-
-    live = await read_live_hosts(client)
-    rows = live.hosts if isinstance(live, LiveHosts) else []
-    history = await read_attempts(client, record_stem(job_id)) if job_id is not None else []
-    return candidate_queues(rows, [record.get("host") for record in history])
 
 
 async def _trail(client: Any, what: str, target: str, outcome: str) -> None:
@@ -50,10 +38,10 @@ def cancel(
     url: ValkeyUrlOption = None,
 ) -> None:
     """Cancel a job wherever it is: a waiting or held one at once, a running one by its host (TERM, grace, KILL)."""
-    from pi_dispatch.fleet.steer import cancel_job
+    from pi_dispatch.fleet.steer import cancel_job, queues_for
 
     async def run(client: Any) -> Any:
-        done = await cancel_job(client, job_id, await _queues(client, job_id), now=wall_ms, wait_s=wait)
+        done = await cancel_job(client, job_id, await queues_for(client, job_id), now=wall_ms, wait_s=wait)
         await _trail(client, "cancel", job_id, done.result)
         return done
 
@@ -90,7 +78,7 @@ def retry(
     """Run a failed, refused, timed-out or cancelled job again, routed anew; its attempt history goes on."""
 
     from pi_dispatch.cli.reads import store_address
-    from pi_dispatch.fleet.steer import failed_jobs, retry_job
+    from pi_dispatch.fleet.steer import failed_jobs, queues_for, retry_job
 
     if (job_id is None) == (not failed):
         raise ConfigError(
@@ -101,9 +89,9 @@ def retry(
 
     async def run(client: Any) -> list[tuple[str, Any]]:
         if job_id is not None:
-            done = [(job_id, await retry_job(client, store, job_id, await _queues(client, job_id)))]
+            done = [(job_id, await retry_job(client, store, job_id, await queues_for(client, job_id)))]
         else:
-            found = await failed_jobs(client, await _queues(client, None), since_ms=since_ms, host=host)
+            found = await failed_jobs(client, await queues_for(client, None), since_ms=since_ms, host=host)
             done = [(each, await retry_job(client, store, each, [queue])) for each, queue in found]
         for each, result in done:
             await _trail(client, "retry", each, result.result)

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from pydantic.fields import FieldInfo
 
+from pi_dispatch.config.console_settings import ConsoleSettings
 from pi_dispatch.config.declaration import DeclaredSettings
 from pi_dispatch.config.kinds import X_FIX, bounds_of, extra, form_of
 from pi_dispatch.config.receiver_settings import RECEIVER_MODEL
@@ -19,7 +20,7 @@ from pi_dispatch.config.rolevars import PREFIX, RoleVars, host_variable
 from pi_dispatch.config.worker_settings import WorkerSettings
 from pi_dispatch.core.jobs import JOB_VARIABLES
 
-GENERATED: Final = ("worker-env", "host-vars", "receiver-env")
+GENERATED: Final = ("worker-env", "host-vars", "receiver-env", "console-env")
 # The prefixes of the variables pi-dispatch reads: one of these that no process of it reads is a typo.
 OWNED_PREFIXES: Final = ("PI_", "VALKEY_", "RECEIVER_", "WEBHOOK_")
 DRAFT: Final = "https://json-schema.org/draft/2020-12/schema"
@@ -66,7 +67,7 @@ def env_schema(model: type[DeclaredSettings], name: str, title: str, description
 
 def _every_variable() -> set[str]:
     """What some pi-dispatch process reads or sets: the worker's, the receiver's, and the job's own variables."""
-    models = (WorkerSettings, RECEIVER_MODEL)
+    models = (WorkerSettings, RECEIVER_MODEL, ConsoleSettings)
     return {str(info.validation_alias) for model in models for info in model.model_fields.values()} | set(JOB_VARIABLES)
 
 
@@ -86,6 +87,16 @@ def receiver_env_schema() -> dict[str, Any]:
         "pi-dispatch receiver environment",
         "Every variable the webhook receiver reads, as the strings they are in a systemd EnvironmentFile. Which "
         "forges are served follows from which are set; see docs/multi-host.md.",
+    )
+
+
+def console_env_schema() -> dict[str, Any]:
+    return env_schema(
+        ConsoleSettings,
+        "console-env",
+        "pi-dispatch console environment",
+        "Every variable the web console reads, as the strings they are in a systemd EnvironmentFile (0600: it holds "
+        "the logins' token hashes).",
     )
 
 
@@ -115,6 +126,7 @@ def host_vars_schema() -> dict[str, Any]:
 
 def generated(name: str) -> str:
     """A generated schema's text, exactly as it is committed under schemas/."""
-    builders = {"worker-env": worker_env_schema, "host-vars": host_vars_schema, "receiver-env": receiver_env_schema}
+    builders = {"worker-env": worker_env_schema, "host-vars": host_vars_schema, "receiver-env": receiver_env_schema,
+                "console-env": console_env_schema}  # fmt: skip
     schema = builders[name]()
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"

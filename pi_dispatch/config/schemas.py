@@ -20,7 +20,15 @@ from jsonschema.exceptions import ValidationError
 from pi_dispatch.core.errors import Problem
 from pi_dispatch.core.profiles import parse_profiles
 
-SCHEMA_NAMES: Final = ("worker-env", "host-vars", "receiver-env", "triggers", "registry-row", "run-record")
+SCHEMA_NAMES: Final = (
+    "worker-env",
+    "host-vars",
+    "receiver-env",
+    "console-env",
+    "triggers",
+    "registry-row",
+    "run-record",
+)
 REPORT_SCHEMA: Final = "audit-report"
 
 format_checker = FormatChecker()

@@ -26,7 +26,7 @@ from pi_dispatch.core.records import build_record
 from pi_dispatch.core.waits import HOLD_KEY
 from pi_dispatch.fleet.control import clear_cancel, request_cancel
 from pi_dispatch.fleet.jobhistory import JobHistory
-from pi_dispatch.fleet.locate import Located, locate
+from pi_dispatch.fleet.locate import Located, candidate_queues, locate
 from pi_dispatch.fleet.mirror import RunMirror, mirror_window_ms
 from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
 from pi_dispatch.infra.store import StoreAddress
@@ -54,6 +54,18 @@ class Cancelled:
 
 def _cancelled(job: Located) -> bool:
     return job.state == "failed" and (job.failed_reason or "").startswith(Reason.CANCELLED)
+
+
+async def queues_for(client: aioredis.Redis, job_id: str | None) -> list[str]:
+    """The queues a job may be on: the shared one, every registered host's, and those of the hosts that ran it."""
+    from pi_dispatch.core.names import record_stem
+    from pi_dispatch.fleet.jobhistory import read_attempts
+    from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
+
+    live = await read_live_hosts(client)
+    rows = live.hosts if isinstance(live, LiveHosts) else []
+    history = await read_attempts(client, record_stem(job_id)) if job_id is not None else []
+    return candidate_queues(rows, [record.get("host") for record in history])
 
 
 async def cancel_job(

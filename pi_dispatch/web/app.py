@@ -1,7 +1,7 @@
-"""The web console (`pi-dispatch console`): server-rendered pages over the store, read-only, for whoever can reach it
-(127.0.0.1 unless told otherwise). Each page answers one question in a bounded number of round trips whatever the
-store holds: find a job by id (a search box on every page), the latest runs with filters, one job (where it is, why,
-every attempt, its live output), the fleet, and the limits and spend.
+"""The web console (`pi-dispatch console`): server-rendered pages over the store (127.0.0.1 unless told otherwise;
+who may see and act is `auth.py`, what they may do `actions.py`). Each page answers one question in a bounded number
+of round trips whatever the store holds: find a job by id (a search box on every page), the latest runs with
+filters, one job (where it is, why, every attempt, its live output), the fleet, and the limits and spend.
 
 Jinja2 renders every page with autoescape on: a job's id, its data and its output are hostile text. Pages load only
 this server's own scripts and styles (htmx and a small script, vendored and pinned; no CDN), as the Content Security
@@ -11,33 +11,29 @@ Policy says, and are never framed or cached.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from importlib import resources
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import quote
 
-import jinja2
 from aiohttp import web
 
-from pi_dispatch.console.rowview import run_usage
 from pi_dispatch.console.since import since_epoch_ms
 from pi_dispatch.core.errors import ConfigError
-from pi_dispatch.core.money import format_micros
-from pi_dispatch.fleet.limitview import money
 from pi_dispatch.fleet.registry import LiveHosts
 from pi_dispatch.infra.valkey import STORE_FAULTS, describe
+from pi_dispatch.web.actions import add_routes
+from pi_dispatch.web.auth import ACCESS, Access, authenticated, log_in, log_out, login_page
 from pi_dispatch.web.live import latest_attempt, stream_log
 from pi_dispatch.web.reads import OUTCOMES, RunFilter, read_fleet, read_job, read_runs, read_spend
+from pi_dispatch.web.render import ACTIONS_ON, CLIENT, STORE, TEMPLATES, page, templates
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from pi_dispatch.infra.store import StoreAddress
 
-CLIENT: Final = web.AppKey("client", object)
-STORE: Final = web.AppKey("store", object)
-TEMPLATES: Final = web.AppKey("templates", jinja2.Environment)
 JOB_ID_MAX: Final = 512
 SECURITY_HEADERS: Final = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -55,19 +51,6 @@ STATIC: Final = {  # the only files served, by name: nothing is read from a path
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _templates() -> jinja2.Environment:
-    environment = jinja2.Environment(
-        loader=jinja2.PackageLoader("pi_dispatch.web", "templates"),
-        autoescape=True,
-    )
-    environment.filters["usage"] = run_usage
-    environment.filters["usd"] = lambda micros: format_micros(int(micros))
-    environment.filters["money"] = money
-    environment.filters["quoted"] = lambda text: quote(str(text), safe="")
-    environment.filters["ago"] = lambda ms: f"{int(ms) // 1000} s" if isinstance(ms, int | float) else "-"
-    return environment
-
-
 @web.middleware
 async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every answer with the security headers; a store that cannot be read is said on a page, never a traceback."""
@@ -77,21 +60,12 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPException as error:  # a redirect or a 404: answered as aiohttp words it, with the headers below
         response = web.Response(status=error.status, text=error.text, headers=error.headers)
     except STORE_FAULTS as error:
-        response = _page(request, "unavailable.html", {"title": "Not now", "why": describe(error)}, status=503)
+        response = page(request, "unavailable.html", {"title": "Not now", "why": describe(error)}, status=503)
     except ConfigError as error:  # a filter that does not read (`since`)
-        response = _page(request, "unavailable.html", {"title": "That does not read", "why": str(error)}, status=400)
+        response = page(request, "unavailable.html", {"title": "That does not read", "why": str(error)}, status=400)
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
     return response
-
-
-def _page(request: web.Request, template: str, context: Mapping[str, Any], status: int = 200) -> web.Response:
-    rendered = (
-        request.app[TEMPLATES]
-        .get_template(template)
-        .render(**context, search=request.query.get("q", ""), status=status)
-    )
-    return web.Response(text=rendered, status=status, content_type="text/html", charset="utf-8")
 
 
 def _client(request: web.Request) -> aioredis.Redis:
@@ -110,14 +84,14 @@ async def runs(request: web.Request) -> web.StreamResponse:
     found, degraded = await read_runs(_client(request), chosen)
     context = {"runs": found, "degraded": degraded, "chosen": asdict(chosen), "outcomes": OUTCOMES,
                "since": request.query.get("since", "")}  # fmt: skip
-    return _page(request, "runs.html", context)
+    return page(request, "runs.html", context)
 
 
 async def job(request: web.Request) -> web.StreamResponse:
     job_id = request.match_info["job_id"][:JOB_ID_MAX]
     facts = await read_job(_client(request), job_id)
     attempt = await latest_attempt(_client(request), job_id)
-    return _page(request, "job.html", {"job": facts, "job_id": job_id, "attempt": attempt},
+    return page(request, "job.html", {"job": facts, "job_id": job_id, "attempt": attempt},
                  status=200 if facts["found"] else 404)  # fmt: skip
 
 
@@ -137,12 +111,12 @@ async def fleet(request: web.Request) -> web.StreamResponse:
     state = read.live if not isinstance(read.live, LiveHosts) else None
     context = {"hosts": hosts, "unreachable": state, "queues": read.host_queues, "waiting": read.waiting[:50],
                "store": read.store}  # fmt: skip
-    return _page(request, "fleet.html", context)
+    return page(request, "fleet.html", context)
 
 
 async def limits(request: web.Request) -> web.StreamResponse:
     view = await read_spend(_client(request), int(time.time() * 1000))
-    return _page(request, "limits.html", {"view": view})
+    return page(request, "limits.html", {"view": view})
 
 
 async def no_icon(request: web.Request) -> web.StreamResponse:
@@ -158,10 +132,13 @@ async def static(request: web.Request) -> web.StreamResponse:
     return web.Response(body=body, content_type=kind, headers={"Cache-Control": "public, max-age=3600"})
 
 
-def console_app(client: aioredis.Redis, store: StoreAddress) -> web.Application:
-    """The console's application over one store client (closed with it)."""
-    app = web.Application(middlewares=[guarded], client_max_size=64 * 1024)
-    app[CLIENT], app[STORE], app[TEMPLATES] = client, store, _templates()
+def console_app(client: aioredis.Redis, store: StoreAddress, access: Access | None = None) -> web.Application:
+    """The console's application over one store client (closed with it); `access` says who may log in and act
+    (none: no login, read-only)."""
+    app = web.Application(middlewares=[guarded, authenticated], client_max_size=64 * 1024)
+    access = access or Access((), actions=False, tls=False)
+    app[CLIENT], app[STORE], app[TEMPLATES], app[ACCESS] = client, store, templates(), access
+    app[ACTIONS_ON] = access.actions
     app.router.add_get("/", home)
     app.router.add_get("/runs", runs)
     app.router.add_get("/jobs/{job_id}", job)
@@ -170,6 +147,10 @@ def console_app(client: aioredis.Redis, store: StoreAddress) -> web.Application:
     app.router.add_get("/limits", limits)
     app.router.add_get("/static/{name}", static)
     app.router.add_get("/favicon.ico", no_icon)
+    app.router.add_get("/login", login_page)
+    app.router.add_post("/login", log_in)
+    app.router.add_post("/logout", log_out)
+    add_routes(app)
 
     async def close(_: web.Application) -> None:
         await client.aclose()

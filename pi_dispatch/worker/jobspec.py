@@ -57,7 +57,7 @@ class Launch:
     network: str | None  # the Docker network it joins (None: the daemon's default; `none`: no network)
     runtime: str | None = None  # the OCI runtime it runs under (None: the daemon's default)
     spend: Mapping[str, str] = field(default_factory=dict)  # its cost cap and exit-line channel (`spend.py`)
-    exit_key: str | None = None  # the key its runner signs the exit line with, handed over on its stdin
+    exit_key: str | None = field(default=None, repr=False)  # the key its exit line is signed with, on its stdin
 
 
 def container_spec(

@@ -80,7 +80,10 @@ def bad_inputs(job_file: Path, down: str) -> dict[tuple[str, ...], list[list[str
     ]
     walked[("config", "schema")] = [["config", "schema", "--write", MISSING]]
     # the console serves until stopped: a store that cannot be named (2), an address this host does not have (1)
-    walked[("console",)] = [["console", "--valkey-url", NO_SCHEME], ["console", "--bind", "no-such-host.invalid"]]
+    walked[("console",)] = [
+        ["console", "--valkey-url", NO_SCHEME], ["console", "--bind", "no-such-host.invalid"],
+        ["console", "--env-file", MISSING],
+    ]  # fmt: skip
     return walked
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from pi_dispatch.config.console_settings import ConsoleSettings
 from pi_dispatch.config.declaration import check_env
 from pi_dispatch.config.hostvars import check_host_vars
 from pi_dispatch.config.receiver_settings import RECEIVER_MODEL
@@ -26,6 +27,9 @@ MODELS: dict[str, Callable[[Any], list[Any]]] = {
     "host-vars": check_host_vars,
     "receiver-env": lambda env: check_env(
         RECEIVER_MODEL, {k: v for k, v in env.items() if k in load_schema("receiver-env")["properties"]}
+    ),
+    "console-env": lambda env: check_env(
+        ConsoleSettings, {k: v for k, v in env.items() if k in load_schema("console-env")["properties"]}
     ),
     "triggers": check_triggers,
     "registry-row": check_registry_row,

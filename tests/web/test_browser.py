@@ -5,6 +5,8 @@ its output shown as text and never run. Each page's screenshot is saved under th
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -18,24 +20,34 @@ from bullmq import Queue
 from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.testing.jobs import forge_job
 from pi_dispatch.web.app import console_app
+from pi_dispatch.web.auth import Access
 from tests.support.workers import CEILING_S, finished_job, running_worker, settings_of, worker_env
+from tests.web.test_access import TOKENS, logins
 
 pytestmark = [pytest.mark.redis, pytest.mark.browser]
 HOSTILE = "<script>window.pwned = 1</script><img src=x onerror=window.pwned=2>"
 
 
-@pytest.fixture
-async def console_url(valkey_url: str) -> AsyncIterator[str]:
+@contextlib.asynccontextmanager
+async def serving(valkey_url: str, access: Access | None = None) -> AsyncIterator[str]:
+    """The console on a port of its own, its URL."""
     store = StoreAddress(valkey_url)
-    runner = web.AppRunner(console_app(store.client(), store), access_log=None)
+    runner = web.AppRunner(console_app(store.client(), store, access), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # the port the OS chose
+    with socket.socket() as probe:  # a free port: bound, then released for the console to take
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+
+
+@pytest.fixture
+async def console_url(valkey_url: str) -> AsyncIterator[str]:
+    async with serving(valkey_url) as url:
+        yield url
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
@@ -95,3 +107,52 @@ async def test_every_page_renders_in_the_browser_with_no_script_error(
         errors = [entry for entry in logged if entry.get("level") == "SEVERE" and "/jobs/nope" not in entry["message"]]
         assert errors == [], (page, errors)  # the CSP lets the page's own scripts run, and they run cleanly
         assert await asyncio.to_thread(chromium.execute_script, "return typeof window.htmx") == "object"
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+async def test_an_operator_cancels_a_running_job_and_its_container_goes_while_a_reader_has_no_button(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queue: Queue, chromium: Any,
+    docker_client: Any,
+) -> None:  # fmt: skip
+    from selenium.webdriver.common.by import By
+
+    from pi_dispatch.worker.containers import LABEL_JOB
+
+    def containers() -> list[Any]:
+        return list(docker_client.containers.list(filters={"label": f"{LABEL_JOB}=gh-cancelled"}))
+
+    async def log_in(url: str, name: str) -> None:
+        await asyncio.to_thread(chromium.get, f"{url}/runs")
+        await until(lambda: chromium.current_url.endswith("/login"), "the login page")
+        field = await asyncio.to_thread(chromium.find_element, By.NAME, "token")
+        await asyncio.to_thread(field.send_keys, TOKENS[name])
+        await asyncio.to_thread(field.submit)
+        await until(lambda: f"{name} (" in chromium.page_source, "the login's name")
+
+    env = worker_env(tmp_path, valkey_url, job_image, "mini1", PI_CONCURRENCY="1")
+    async with serving(valkey_url, Access(logins(), actions=True, tls=False)) as url, running_worker(settings_of(env)):
+        await queue.add("github", forge_job(1, trigger={"demoSleep": 120}), {"jobId": "gh-cancelled", "attempts": 1})
+        deadline = time.monotonic() + CEILING_S
+        while not await asyncio.to_thread(containers):
+            assert time.monotonic() < deadline, "its container never ran"
+            await asyncio.sleep(0.2)
+        await log_in(url, "bob")  # a reader: the page has no action
+        await asyncio.to_thread(chromium.get, f"{url}/jobs/gh-cancelled")
+        assert await asyncio.to_thread(chromium.find_elements, By.ID, "cancel") == []
+        await asyncio.to_thread(chromium.find_element(By.CSS_SELECTOR, "form.who button").click)
+        await log_in(url, "alice")  # an operator
+        await asyncio.to_thread(chromium.get, f"{url}/jobs/gh-cancelled")
+        await asyncio.to_thread(chromium.find_element(By.ID, "cancel").click)
+        await until(lambda: bool(chromium.find_elements(By.ID, "confirm")), "the confirmation")
+        await shoot(chromium, tmp_path, "confirm")
+        await asyncio.to_thread(chromium.find_element(By.ID, "confirm").click)
+        await until(lambda: bool(chromium.find_elements(By.ID, "outcome")), "the outcome")
+        said = await asyncio.to_thread(lambda: chromium.find_element(By.ID, "outcome").text)
+        assert said in ("cancelled", "pending"), said
+        deadline = time.monotonic() + CEILING_S
+        while await asyncio.to_thread(containers):
+            assert time.monotonic() < deadline, "its container is still there"
+            await asyncio.sleep(0.2)
+        job = await finished_job(queue, "gh-cancelled")
+    assert job.failedReason and "cancelled" in job.failedReason

@@ -125,3 +125,15 @@ async def test_an_image_whose_labels_are_unknown_is_left_to_its_start_to_say(
     limits, _ = limits_of(tmp_path, valkey_url, client, PI_MAX_COST_USD="2")
     holds = await limits.reserve("gh-1", JOB, None)  # not here, or Docker away: job-image-missing, not a refusal
     assert isinstance(holds, Holds) and holds.exit_key is None and "PI_EXIT_AUTH" not in holds.environment
+
+
+async def test_the_exit_key_is_never_in_a_repr(tmp_path: Path, valkey_url: str, client: aioredis.Redis) -> None:
+    from pi_dispatch.worker.jobspec import ContainerSpec, Launch
+
+    limits, _ = limits_of(tmp_path, valkey_url, client)
+    holds = await limits.reserve("gh-1", JOB, CAPABLE)
+    assert isinstance(holds, Holds) and holds.exit_key is not None
+    launch = Launch("image", {}, None, None, None, holds.environment, holds.exit_key)
+    spec = ContainerSpec("gh-1", 1, "image", tmp_path, {}, 64, 0.5, 60, stdin_key=holds.exit_key)
+    for shown in (repr(holds), repr(launch), repr(spec)):
+        assert holds.exit_key not in shown

@@ -1,0 +1,76 @@
+"""What an operator may do from the console: cancel or retry a job, drain or resume a host. Each calls exactly what
+the command of the same name calls (`fleet/steer.py`, `fleet/control.py`), never BullMQ directly; each asks to
+confirm first (a page with one button), and its outcome is shown and written to the fleet's trail under the login's
+name (`fleet/trail.py`). Only a login of role `operate`, with PI_CONSOLE_ACTIONS=1, may; anyone else is refused 403.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from aiohttp import web
+
+from pi_dispatch.core.names import WORKER_NAME_RE
+from pi_dispatch.fleet.control import Drain, request_drain
+from pi_dispatch.fleet.steer import cancel_job, queues_for, retry_job
+from pi_dispatch.fleet.trail import Action, record_action
+from pi_dispatch.infra.clock import wall_ms
+from pi_dispatch.web.auth import ACCESS, Session
+from pi_dispatch.web.render import CLIENT, SESSION, STORE, page
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from pi_dispatch.infra.store import StoreAddress
+
+CANCEL_WAIT_S: Final = 5.0  # a running job's host stops it within this, or the cancel is pending (it will)
+JOB_ID_MAX: Final = 512
+# what each action says it does, for its confirmation page
+ASKS: Final = {
+    "cancel": "Cancel job {target}: stop it wherever it is (a running container is stopped), never retried.",
+    "retry": "Run job {target} again, routed anew; its attempt history goes on.",
+    "drain": "Drain host {target}: routers skip it, it takes nothing new, what waits on its queue moves to peers.",
+    "resume": "Put host {target} back in service.",
+}
+
+
+def _operator(request: web.Request) -> Session:
+    session = request.get(SESSION)
+    if not isinstance(session, Session) or not request.app[ACCESS].may_act(session):
+        raise web.HTTPForbidden(text="refused: acting needs a login of role operate, with PI_CONSOLE_ACTIONS=1")
+    return session
+
+
+async def act(request: web.Request) -> web.StreamResponse:
+    """An action's confirmation (its button's post), then, confirmed, the action and its outcome."""
+    session = _operator(request)
+    what = request.match_info["what"]
+    target = request.match_info["target"][:JOB_ID_MAX]
+    if what in ("drain", "resume") and WORKER_NAME_RE.fullmatch(target) is None:
+        raise web.HTTPBadRequest(text="not a worker name")
+    form = await request.post()
+    if form.get("confirm") != "yes":
+        context = {"what": what, "target": target, "ask": ASKS[what].format(target=target),
+                   "path": request.path}  # fmt: skip
+        return page(request, "confirm.html", context)
+    client: aioredis.Redis = request.app[CLIENT]  # type: ignore[assignment]
+    outcome = await _perform(client, request.app[STORE], what, target)  # type: ignore[arg-type]
+    await record_action(client, Action(wall_ms(), session.name or "", "console", what, target, outcome))
+    return page(request, "outcome.html", {"what": what, "target": target, "outcome": outcome})
+
+
+async def _perform(client: aioredis.Redis, store: StoreAddress, what: str, target: str) -> str:
+    if what == "cancel":
+        cancelled = await cancel_job(client, target, await queues_for(client, target), now=wall_ms,
+                                     wait_s=CANCEL_WAIT_S)  # fmt: skip
+        return cancelled.result
+    if what == "retry":
+        return (await retry_job(client, store, target, await queues_for(client, target))).result
+    now = wall_ms()
+    await request_drain(client, target, Drain(now, None) if what == "drain" else None)
+    return "recorded"
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post(r"/act/{what:cancel|retry}/{target}", act)
+    app.router.add_post(r"/act/{what:drain|resume}/{target}", act)

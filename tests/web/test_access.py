@@ -1,0 +1,98 @@
+"""Who may see and act from the console, over real HTTP against a real store: a login by token (hashed in the
+settings), a session cookie that scripts cannot read and other sites cannot send, a CSRF token on every action and a
+`Sec-Fetch-Site` check, roles read and operate, and each action confirmed, done, and written to the trail."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from aiohttp.test_utils import TestClient, TestServer
+
+from pi_dispatch.config.console_settings import Login, parse_logins
+from pi_dispatch.fleet.trail import read_trail
+from pi_dispatch.infra.store import StoreAddress
+from pi_dispatch.web.app import console_app
+from pi_dispatch.web.auth import SESSION_COOKIE, Access
+
+pytestmark = [pytest.mark.redis]
+TOKENS = {"alice": "alice-token-of-some-length", "bob": "bob-token-of-some-length"}
+
+
+def logins() -> tuple[Login, ...]:
+    text = ",".join(
+        f"{name}:{role}:{hashlib.sha256(TOKENS[name].encode()).hexdigest()}"
+        for name, role in (("alice", "operate"), ("bob", "read"))
+    )
+    return parse_logins(text)
+
+
+@pytest.fixture
+async def browser(valkey_url: str) -> AsyncIterator[TestClient[Any, Any]]:
+    store = StoreAddress(valkey_url)
+    access = Access(logins(), actions=True, tls=False)
+    async with TestClient(TestServer(console_app(store.client(), store, access))) as http:
+        yield http
+
+
+async def log_in(http: TestClient[Any, Any], name: str) -> str:
+    answer = await http.post("/login", data={"token": TOKENS[name]}, allow_redirects=False)
+    assert answer.status == 302 and answer.headers["Location"] == "/runs"
+    cookie = answer.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Secure" not in cookie
+    page = await (await http.get("/runs")).text()
+    assert f"{name} (" in page
+    return page.split('name="csrf" value="')[1].split('"')[0]
+
+
+async def test_every_page_asks_for_a_login_and_a_wrong_token_is_refused(browser: TestClient[Any, Any]) -> None:
+    answer = await browser.get("/runs", allow_redirects=False)
+    assert answer.status == 302 and answer.headers["Location"] == "/login"
+    assert (await browser.get("/jobs/x/log", allow_redirects=False)).status == 302
+    refused = await browser.post("/login", data={"token": "not-a-token"}, allow_redirects=False)
+    assert refused.status == 401 and SESSION_COOKIE not in refused.cookies
+    assert (await browser.get("/static/console.css")).status == 200  # the login page's own files
+
+
+async def test_a_reader_sees_no_button_and_is_refused_an_action(
+    browser: TestClient[Any, Any], client: aioredis.Redis
+) -> None:
+    csrf = await log_in(browser, "bob")
+    page = await (await browser.get("/jobs/gh-1")).text()
+    assert 'id="cancel"' not in page and 'id="retry"' not in page
+    refused = await browser.post("/act/cancel/gh-1", data={"csrf": csrf, "confirm": "yes"})
+    assert refused.status == 403 and await read_trail(client, 5) == []
+
+
+async def test_an_action_needs_the_form_token_and_the_consoles_own_page(
+    browser: TestClient[Any, Any], client: aioredis.Redis
+) -> None:
+    csrf = await log_in(browser, "alice")
+    assert (await browser.post("/act/cancel/gh-1", data={"confirm": "yes"})).status == 403  # no token
+    assert (await browser.post("/act/cancel/gh-1", data={"csrf": "stale", "confirm": "yes"})).status == 403
+    cross = await browser.post(
+        "/act/cancel/gh-1", data={"csrf": csrf, "confirm": "yes"}, headers={"Sec-Fetch-Site": "same-site"}
+    )
+    assert cross.status == 403  # a form on another port of this host is same-site, not same-origin
+    assert await read_trail(client, 5) == []
+    asked = await browser.post("/act/cancel/gh-1", data={"csrf": csrf})
+    assert asked.status == 200 and 'id="confirm"' in await asked.text()  # asked first
+    done = await browser.post("/act/cancel/gh-1", data={"csrf": csrf, "confirm": "yes"})
+    assert done.status == 200 and 'id="outcome">missing<' in await done.text()
+    drained = await browser.post("/act/drain/mini9", data={"csrf": csrf, "confirm": "yes"})
+    assert drained.status == 200
+    trail = await read_trail(client, 5)
+    assert [(action.who, action.via, action.what, action.target, action.outcome) for action in trail] == [
+        ("alice", "console", "drain", "mini9", "recorded"), ("alice", "console", "cancel", "gh-1", "missing"),
+    ]  # fmt: skip
+    assert (await browser.post("/act/drain/not%20a%20name", data={"csrf": csrf, "confirm": "yes"})).status == 400
+
+
+async def test_logging_out_ends_the_session(browser: TestClient[Any, Any]) -> None:
+    csrf = await log_in(browser, "alice")
+    out = await browser.post("/logout", data={"csrf": csrf}, allow_redirects=False)
+    assert out.status == 302 and out.headers["Location"] == "/login"
+    assert (await browser.get("/runs", allow_redirects=False)).status == 302
