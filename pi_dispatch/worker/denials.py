@@ -33,6 +33,9 @@ UNCLAIMED_KEPT: Final = 256  # lines waiting for their job's address, at most
 UNCLAIMED_MS: Final = 60_000  # how long such a line waits before it is nobody's
 READ_MAX: Final = 1 << 20  # bytes read in one go; the rest on the next read
 SETTLE_S: Final = 0.2  # how long after its container's end an attempt's last refusals may still be written
+# How much earlier than Docker's StartedAt a container's first request may be: a loaded daemon records the start
+# after the process has begun. Lines that early are the job's only when nobody else can have held the address then.
+START_SLACK_MS: Final = 2_000
 
 
 @dataclass
@@ -102,6 +105,10 @@ class DenialWatch:
     _profiles: dict[str, str] = field(default_factory=dict)  # job id -> its secret profile ("" for none)
     _found: dict[str, Refusals] = field(default_factory=dict)  # job id -> its refusals so far
     _unclaimed: deque[Denied] = field(default_factory=lambda: deque(maxlen=UNCLAIMED_KEPT))
+    _freed: dict[str, int] = field(default_factory=dict)  # address -> when its last job here let it go (epoch ms)
+
+    def __post_init__(self) -> None:
+        self._booted = self.now_ms()  # an address no job here held since is nobody's before this
 
     def started(self, job_id: str, profile: str) -> Callable[[str], Awaitable[None]]:
         """What the container runtime tells once the job's container has started: its address is then watched."""
@@ -122,6 +129,9 @@ class DenialWatch:
         """The job's container has had this address since `since` (epoch ms, squid's clock, this host's): the
         refusals naming it from then are its own, those read already included. A line from before is an earlier
         holder's (Docker gives a freed address again), never this job's."""
+        held_by_another = address in self._jobs and self._jobs[address][0] != job_id  # its old job not ended yet
+        floor = since if held_by_another else self._freed.get(address, self._booted)
+        since = min(since, max(floor, since - START_SLACK_MS))
         self._jobs[address], self._profiles[job_id] = (job_id, since), profile
         self._found.setdefault(job_id, Refusals())
         for one in [one for one in self._unclaimed if one.client == address and one.at_ms >= since]:
@@ -138,6 +148,7 @@ class DenialWatch:
         for address in addresses:  # unless Docker gave it to a job started meanwhile: that job's watch stays
             if self._jobs.get(address, (None, 0))[0] == job_id:
                 del self._jobs[address]
+                self._freed[address] = self.now_ms()
         self._profiles.pop(job_id, None)
         refusals = self._found.pop(job_id, Refusals())
         if output is not None:

@@ -152,3 +152,24 @@ def test_the_log_is_followed_across_a_partial_line_and_a_proxy_that_made_it_anew
     path.unlink()
     path.write_text("2.000 172.30.0.3 GET c.example 80\n")  # the proxy's restart made it anew
     assert log.new_lines() == ["2.000 172.30.0.3 GET c.example 80"]
+
+
+async def test_a_request_before_a_late_started_at_is_the_jobs_when_nobody_else_held_the_address(
+    log_path: Path,
+) -> None:
+    """A loaded daemon records StartedAt after the process began: its first request can be older than that. A fresh
+    address (no job here held it since the watch began) and one its last job here let go before count it; an
+    address whose old job has not ended yet does not."""
+    clock = Clock()
+    watch = watch_of(log_path, clock)
+    clock.ms += 10_000  # the worker has run a while
+    with log_path.open("a") as log:
+        log.write(line(clock.ms - 500, "172.30.0.5", "first-request.example"))  # before StartedAt, as Docker says it
+    watch.watch("gh-quick", "172.30.0.5", "", clock.ms)
+    assert [one.host for one in (await watch.ended("gh-quick", None)).kept] == ["first-request.example"]
+    clock.ms += 500  # let go 500 ms ago: within the slack, so that is the floor
+    with log_path.open("a") as log:
+        log.write(line(clock.ms - 600, "172.30.0.5", "old-jobs-last.example"))  # before its last job let it go
+        log.write(line(clock.ms - 100, "172.30.0.5", "next-first.example"))
+    watch.watch("gh-next", "172.30.0.5", "", clock.ms)
+    assert [one.host for one in (await watch.ended("gh-next", None)).kept] == ["next-first.example"]
