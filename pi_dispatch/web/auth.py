@@ -109,7 +109,8 @@ async def authenticated(request: web.Request, handler: Handler) -> web.StreamRes
         raise web.HTTPForbidden(text="refused: log in first")
     if request.method == "POST":
         form = await request.post()
-        if not session.csrf or not hmac.compare_digest(str(form.get("csrf", "")), session.csrf):
+        given = str(form.get("csrf", "")).encode()  # bytes: compare_digest refuses a str that is not ASCII
+        if not session.csrf or not hmac.compare_digest(given, session.csrf.encode()):
             raise web.HTTPForbidden(text="refused: the form's token is missing or stale; reload the page")
     request[SESSION] = session
     return await handler(request)

@@ -73,6 +73,8 @@ async def test_an_action_needs_the_form_token_and_the_consoles_own_page(
     csrf = await log_in(browser, "alice")
     assert (await browser.post("/act/cancel/gh-1", data={"confirm": "yes"})).status == 403  # no token
     assert (await browser.post("/act/cancel/gh-1", data={"csrf": "stale", "confirm": "yes"})).status == 403
+    hostile = await browser.post("/act/cancel/gh-1", data={"csrf": "é\u202e" * 50, "confirm": "yes"})
+    assert hostile.status == 403  # refused, never a 500
     cross = await browser.post(
         "/act/cancel/gh-1", data={"csrf": csrf, "confirm": "yes"}, headers={"Sec-Fetch-Site": "same-site"}
     )
