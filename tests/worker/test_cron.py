@@ -258,6 +258,15 @@ def write_triggers(path: Path, *entries: dict[str, Any]) -> Path:
     return path
 
 
+async def queue_holds(client: aioredis.Redis, queue: str) -> int:
+    """Jobs on the queue not yet finished: waiting, running, delayed or prioritized."""
+    pipe = client.pipeline(transaction=False)
+    for state, count in (("wait", pipe.llen), ("active", pipe.llen), ("delayed", pipe.zcard),
+                         ("prioritized", pipe.zcard)):  # fmt: skip
+        count(f"bull:{queue}:{state}")
+    return int(sum(await pipe.execute()))
+
+
 async def records_named(logs: Path, prefix: str) -> list[dict[str, Any]]:
     return [record for record in read_records(logs) if str(record.get("jobId", "")).startswith(prefix)]
 
@@ -282,7 +291,11 @@ async def test_a_worker_runs_its_cron_on_its_own_queue_and_stops_when_the_entry_
         assert row[b"cronCount"] == b"1"
         write_triggers(path, ISSUE_ONCE)  # the entry deleted: reconciled away through the watch
         await wait_for_event(w.events, "scheduler_removed")
-        await asyncio.sleep(1.5)
+        own = host_queue_name("mini1")
+        deadline = time.monotonic() + 120  # what the scheduler had put on the queue before it went runs to its end
+        while await queue_holds(client, own):
+            assert time.monotonic() < deadline, "the removed entry's last runs never ended"
+            await asyncio.sleep(0.2)
         settled = len(await records_named(w.logs_dir, "repeat:tick:"))
         await asyncio.sleep(2.5)
         assert len(await records_named(w.logs_dir, "repeat:tick:")) == settled  # nothing fires any more
