@@ -26,6 +26,8 @@ from bullmq.timer import Timer
 
 from pi_dispatch.infra.valkey import STORE_FAULTS, outages_named
 
+NAMING_WAIT_S: Final = 5.0  # a close waits this long for a start's CLIENT SETNAME: a live store answers in ms
+
 # What this module reads or writes of BullMQ beyond its public names, by the object that has it.
 PRIVATE_CONTRACT: Final[Mapping[str, tuple[str, ...]]] = {
     "Worker": (
@@ -63,6 +65,7 @@ class DrivenWorker(Worker):  # type: ignore[misc]  # bullmq is untyped
         self.blocked_since: float | None = None  # monotonic
         self.fetching_since: float | None = None
         self._stalled_timer: Timer | None = None  # BullMQ's stalled-job check, while the pickup drives it
+        self._naming: asyncio.Future[None] | None = None  # the start's naming of its connections, while under way
 
     # -- state
     @property
@@ -88,11 +91,30 @@ class DrivenWorker(Worker):  # type: ignore[misc]  # bullmq is untyped
 
     # -- the work BullMQ's run loop would do
     async def start_background(self) -> None:
-        """What BullMQ's `run` starts: its connections named, its lock renewals, its stalled-job check."""
-        await self._ensure_client_names()
+        """What BullMQ's `run` starts: its connections named, its lock renewals, its stalled-job check. Nothing,
+        once it is closing."""
+        if self.closing:
+            return
+        self._naming = asyncio.ensure_future(self._ensure_client_names())
+        try:
+            await self._naming
+        except (KeyError, *STORE_FAULTS):  # a close that could not wait for it: redis-py's release fails, KeyError
+            if not self.closing:
+                raise
+        finally:
+            self._naming = None
+        if self.closing:
+            return
         self.lockManager.start()
         self._stalled_timer = Timer(self.opts["stalledInterval"] / 1000, self.runStalledJobsCheck, self.emit)
         self.running = True
+
+    async def close(self, force: bool = False) -> None:
+        """BullMQ's close, once a start's naming of the connections is over (up to NAMING_WAIT_S): a pool closed
+        under that command forgets the connection, leaving its socket open and its release failing."""
+        if (naming := self._naming) is not None:
+            await asyncio.wait({naming}, timeout=NAMING_WAIT_S)
+        await super().close(force)
 
     async def stop_background(self) -> None:
         self.running = False
