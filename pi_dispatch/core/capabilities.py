@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Final
 
 from pi_dispatch.core.jscompat import MISSING, finite, fnv1a32, get, js_number, js_sorted, js_string, nullish
@@ -52,12 +53,17 @@ def serialize_caps(tokens: Iterable[str] | None) -> str:
 
 def parse_caps_ordered(raw: object) -> list[str]:
     """A peer's tokens in input order, each re-validated: the row is written by another process."""
+    return list(_valid_tokens(js_string("" if nullish(raw) else raw)))
+
+
+@lru_cache(maxsize=4096)  # a fleet's hosts share a few caps strings; a reader of thousands parses each once
+def _valid_tokens(text: str) -> tuple[str, ...]:
     seen: dict[str, None] = {}
-    for part in js_string("" if nullish(raw) else raw).split(","):
+    for part in text.split(","):
         cap_class, colon, name = part.partition(":")
         if colon and cap_class in (CAP_SECRET, CAP_WAIT) and is_profile_name(name):
             seen[part] = None
-    return list(seen)
+    return tuple(seen)
 
 
 def parse_caps(raw: object) -> set[str]:
@@ -282,7 +288,8 @@ def explain_needs(
     for host in hosts:
         stale = js_number(get(host, "staleMs"))
         live = finite(stale) and stale <= fresh_ms
-        caps = serving_caps(host)
+        stuck, draining, unhealthy = is_stuck(host), is_draining(host), unhealthy_reason(host)
+        caps = set() if stuck or draining or unhealthy else parse_caps(get(host, "caps"))  # serving_caps, read once
         lacks = tuple(need for need in needs if need not in caps)
         live_count += live
         capable_count += live and not lacks
@@ -295,9 +302,9 @@ def explain_needs(
                 routes=_routes(host),
                 stale_ms=stale if finite(stale) else None,
                 chosen=chosen is not None and name == chosen,
-                stuck=is_stuck(host),
-                draining=is_draining(host),
-                unhealthy=unhealthy_reason(host),
+                stuck=stuck,
+                draining=draining,
+                unhealthy=unhealthy,
                 abstained=chosen is None,
             )
         )

@@ -2,7 +2,8 @@
 
 The queues asked are the shared one, every registered host's and those named by the job's own attempts (a job
 stays where its host was); two round trips whatever the store holds: one to find the queues that have the job's
-hash, one for its fields and its place in each state's list or set.
+hash (the `present` script: thousands of EXISTS in a pipeline cost the reader far more), one for its fields and its
+place in each state's list or set.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pi_dispatch.core.keys import SHARED_QUEUE, bull_key, host_queue_name
 from pi_dispatch.core.names import WORKER_NAME_RE
 from pi_dispatch.core.pausewindows import PAUSED_UNTIL
 from pi_dispatch.core.waits import HOLD_KEY, HoldState
-from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded
+from pi_dispatch.infra.valkey import KEYS_PER_SCRIPT, OP_TIMEOUT_S, bounded, per_key_script
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -115,11 +116,8 @@ async def locate(
     client: aioredis.Redis, job_id: str, queues: list[str], timeout_s: float = OP_TIMEOUT_S
 ) -> list[Located]:
     """Every queue that holds this job id (one, unless a job id was reused across queues), with its state."""
-    pipe = client.pipeline(transaction=False)
-    for queue in queues:
-        pipe.exists(bull_key(queue, job_id))
-    present = await bounded(pipe.execute(), timeout_s)
-    holding = [queue for queue, found in zip(queues, present, strict=True) if found]
+    parts = await bounded(per_key_script(client, "present", [bull_key(queue, job_id) for queue in queues]), timeout_s)
+    holding = [queues[at * KEYS_PER_SCRIPT + position - 1] for at, part in enumerate(parts) for position in part]
     if not holding:
         return []
     pipe = client.pipeline(transaction=False)

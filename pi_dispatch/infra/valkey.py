@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
 from importlib import resources
@@ -26,6 +26,7 @@ from pi_dispatch.core.errors import PiDispatchError
 
 DEFAULT_VALKEY_URL: Final = "redis://127.0.0.1:6379"
 OP_TIMEOUT_S: Final = 2.0
+KEYS_PER_SCRIPT: Final = 1000  # a script over many keys holds the store a few ms at most
 # What a store that is away, busy, read-only, out of memory or short of replicas raises: worth trying again later,
 # unlike an error about what was sent (which the same call would raise again). Connection errors include a Sentinel
 # that names no primary, a server still LOADING its data and our own NotPrimary (`infra/store.py`).
@@ -161,6 +162,19 @@ T = TypeVar("T")
 def packaged_script(name: str) -> str:
     """The text of one of the package's Lua scripts (`pi_dispatch/lua/<name>.lua`), read once per process."""
     return resources.files("pi_dispatch").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+
+
+async def per_key_script(client: Any, name: str, keys: Sequence[str]) -> list[Any]:
+    """A packaged script that reads each of its keys (`rows`, `present`), run over many keys KEYS_PER_SCRIPT a call,
+    every call in one round trip: each call's reply, in order."""
+    if not keys:
+        return []
+    text = packaged_script(name)  # sent whole (EVAL): a SHA would cost a SCRIPT EXISTS round trip first
+    async with client.pipeline(transaction=False) as pipe:
+        for start in range(0, len(keys), KEYS_PER_SCRIPT):
+            part = keys[start : start + KEYS_PER_SCRIPT]
+            pipe.eval(text, len(part), *part)
+        return list(await pipe.execute())
 
 
 def reply_text(value: object) -> str:

@@ -26,7 +26,15 @@ from pi_dispatch.infra.valkey import STORE_FAULTS, describe
 from pi_dispatch.web.actions import add_routes
 from pi_dispatch.web.auth import ACCESS, Access, authenticated, log_in, log_out, login_page
 from pi_dispatch.web.live import latest_attempt, stream_log
-from pi_dispatch.web.reads import OUTCOMES, RunFilter, read_fleet, read_job, read_runs, read_spend
+from pi_dispatch.web.reads import (
+    OUTCOMES,
+    RunFilter,
+    grouped_answers,
+    read_fleet,
+    read_job,
+    read_runs,
+    read_spend,
+)
 from pi_dispatch.web.render import ACTIONS_ON, CLIENT, STORE, TEMPLATES, page, templates
 
 if TYPE_CHECKING:
@@ -90,9 +98,11 @@ async def runs(request: web.Request) -> web.StreamResponse:
 async def job(request: web.Request) -> web.StreamResponse:
     job_id = request.match_info["job_id"][:JOB_ID_MAX]
     facts = await read_job(_client(request), job_id)
-    attempt = await latest_attempt(_client(request), job_id)
-    return page(request, "job.html", {"job": facts, "job_id": job_id, "attempt": attempt},
-                 status=200 if facts["found"] else 404)  # fmt: skip
+    attempt = await latest_attempt(_client(request), job_id, made=len(facts["history"]))
+    every = request.query.get("hosts") == "all"
+    context = {"job": facts, "job_id": job_id, "attempt": attempt, "every": every,
+               "answers": grouped_answers(facts.get("route"), every)}  # fmt: skip
+    return page(request, "job.html", context, status=200 if facts["found"] else 404)
 
 
 async def job_log(request: web.Request) -> web.StreamResponse:

@@ -42,10 +42,10 @@ def _event(entry: Entry) -> bytes:
     return f"id: {entry.id}\nevent: {entry.kind}\ndata: {data}\n\n".encode()
 
 
-async def latest_attempt(client: aioredis.Redis, job_id: str) -> int | None:
-    """The newest attempt of the job with output in the store."""
+async def latest_attempt(client: aioredis.Redis, job_id: str, made: int | None = None) -> int | None:
+    """The newest attempt of the job with output in the store (`made`: its attempts on record, when read already)."""
     stem = record_stem(job_id)
-    made = len(await read_attempts(client, stem))
+    made = len(await read_attempts(client, stem)) if made is None else made
     streams = await log_attempts(client, stem, made + 1)
     return streams[-1] if streams else None
 

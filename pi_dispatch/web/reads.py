@@ -57,6 +57,38 @@ async def read_job(client: aioredis.Redis, job_id: str) -> dict[str, Any]:
     return await read_job_facts(client, job_id, None)
 
 
+NAMES_SHOWN: Final = 40  # the hosts named beside each route answer, unless every one is asked for
+
+
+@dataclass(frozen=True)
+class RouteAnswer:
+    """One answer hosts gave the router for a job, with how many gave it and (up to a limit) which."""
+
+    reason: str
+    count: int
+    names: list[str]
+    chosen: bool
+
+    @property
+    def whole(self) -> bool:
+        """Every host that gave it is named."""
+        return len(self.names) == self.count
+
+
+def grouped_answers(route: Mapping[str, Any] | None, every: bool) -> list[RouteAnswer]:
+    """Every host's route answer grouped by answer, the chosen host's first, then the most given: a fleet of
+    thousands reads in a few lines, each host still under its answer."""
+    if route is None:
+        return []
+    groups: dict[str, list[str]] = {}
+    for verdict in route["hosts"]:
+        groups.setdefault(str(verdict["reason"]), []).append(str(verdict["name"]))
+    chosen = route.get("host")
+    answers = [RouteAnswer(reason, len(names), names if every else names[:NAMES_SHOWN], chosen in names)
+               for reason, names in groups.items()]  # fmt: skip
+    return sorted(answers, key=lambda answer: (not answer.chosen, -answer.count, answer.reason))
+
+
 async def read_fleet(client: aioredis.Redis, store: StoreAddress) -> FleetRead:
     return await read_fleet_state(client, store)
 

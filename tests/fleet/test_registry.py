@@ -251,3 +251,25 @@ def test_fleet_queue_names() -> None:
 def test_queue_of_meta_key() -> None:
     keys = ["bull:pi-jobs@mini2:meta", "bull:pi-jobs@mini1:meta", "bull:pi-jobs@a:b:meta", "bull:pi-jobs@ok:meta"]
     assert sorted(q for q in map(queue_of_meta_key, keys) if q) == ["pi-jobs@mini1", "pi-jobs@mini2", "pi-jobs@ok"]
+
+
+@pytest.mark.redis
+async def test_a_fleet_sized_read_keeps_every_row_and_refuses_what_is_no_hash(client: aioredis.Redis) -> None:
+    """More rows than one script call reads (KEYS_PER_SCRIPT), a row whose bytes are not UTF-8, an entry that is no
+    hash and a ghost, all in one read: what the pipeline of HGETALLs it replaced answered."""
+    from pi_dispatch.infra.valkey import KEYS_PER_SCRIPT
+
+    count = KEYS_PER_SCRIPT + 7
+    pipe = client.pipeline(transaction=False)
+    for index in range(count):
+        pipe.hset(f"host:h:w{index:05d}", mapping={"name": f"w{index:05d}", "beatAt": str(NOW), "caps": "s:prod"})
+    pipe.hset("host:h:odd", mapping={"name": "odd", "beatAt": str(NOW), "note": b"\xff\xfe\"quoted\"\n"})
+    pipe.set("host:h:text", "not a row")
+    pipe.sadd("host:live", *[f"w{index:05d}" for index in range(count)], "odd", "text", "ghost")
+    await pipe.execute()
+    result = await read_live_hosts(client, now=lambda: NOW)
+    assert isinstance(result, LiveHosts)
+    assert [host["name"] for host in result.hosts] == ["odd", *[f"w{index:05d}" for index in range(count)]]
+    assert result.hosts[0]["note"] == '\ufffd\ufffd"quoted"\n' and result.hosts[-1]["caps"] == "s:prod"
+    assert [(row.member, row.reason) for row in result.invalid] == [("text", "its entry is not a hash")]
+    assert result.ghosts == ["ghost"]

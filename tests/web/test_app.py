@@ -92,3 +92,29 @@ async def test_a_jobs_output_streams_from_its_start_and_resumes_after_the_last_e
     assert [event["event"] for event in resumed] == ["end"]
     missing = await browser.get("/jobs/never-ran/log")
     assert missing.status == 404
+
+
+async def test_a_job_page_groups_every_hosts_route_answer(browser: TestClient[Any, Any], valkey_url: str) -> None:
+    from bullmq import Queue
+
+    from pi_dispatch.core.keys import SHARED_QUEUE
+    from pi_dispatch.fleet.registry import HostRegistry
+    from pi_dispatch.web.reads import NAMES_SHOWN
+
+    client = aioredis.from_url(valkey_url)
+    lacking = [HostRegistry(client, f"plain{index:02d}") for index in range(NAMES_SHOWN + 5)]
+    for row in [*lacking, HostRegistry(client, "prodhost")]:
+        caps = "" if row in lacking else "s:prod"
+        await row.start({"concurrency": "1", "caps": caps, "routes": "true"}, keep_beating=False)
+    queue = Queue(SHARED_QUEUE, {"connection": valkey_url})
+    await queue.add("fix", {"repo": "acme/web", "secretsProfile": "prod"}, {"jobId": "gh-routed"})
+    await queue.close()
+    try:
+        page = await (await browser.get("/jobs/gh-routed")).text()
+        rows = page.split('<table class="route">')[1].split("</table>")[0].split("<tr")[2:]
+        assert len(rows) == 2 and 'class="chosen"' in rows[0] and "prodhost" in rows[0], rows
+        assert f"<td>{NAMES_SHOWN + 5}</td>" in rows[1] and "and 5 more" in rows[1] and "?hosts=all" in page
+        every = await (await browser.get("/jobs/gh-routed", params={"hosts": "all"})).text()
+        assert all(f"plain{index:02d}" in every for index in range(NAMES_SHOWN + 5)) and "more</td>" not in every
+    finally:
+        await client.aclose()
