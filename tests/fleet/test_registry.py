@@ -263,7 +263,7 @@ async def test_a_fleet_sized_read_keeps_every_row_and_refuses_what_is_no_hash(cl
     pipe = client.pipeline(transaction=False)
     for index in range(count):
         pipe.hset(f"host:h:w{index:05d}", mapping={"name": f"w{index:05d}", "beatAt": str(NOW), "caps": "s:prod"})
-    pipe.hset("host:h:odd", mapping={"name": "odd", "beatAt": str(NOW), "note": b"\xff\xfe\"quoted\"\n"})
+    pipe.hset("host:h:odd", mapping={"name": "odd", "beatAt": str(NOW), "note": b'\xff\xfe"quoted"\n'})
     pipe.set("host:h:text", "not a row")
     pipe.sadd("host:live", *[f"w{index:05d}" for index in range(count)], "odd", "text", "ghost")
     await pipe.execute()
