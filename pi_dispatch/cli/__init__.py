@@ -1,5 +1,5 @@
-"""The `pi-dispatch` command line: the typer app, one module per command group; a worker and a receiver start
-without the rest of it, their footprint being paid on every host (`infra/units.py`).
+"""The `pi-dispatch` command line: the typer app, one module per command group; a worker, a receiver and a console
+start without the rest of it, their footprint being paid for months (`infra/units.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ def main() -> None:
         from pi_dispatch.worker.entry import run
     elif (invocation := unit_invocation(arguments, "receiver")) is not None:
         from pi_dispatch.receiver.entry import run
+    elif (invocation := unit_invocation(arguments, "console")) is not None:
+        from pi_dispatch.web.entry import run
     else:
         from pi_dispatch.cli.app import main as full
 

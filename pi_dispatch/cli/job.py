@@ -33,7 +33,8 @@ def job(
     job_id: JobArgument, url: ValkeyUrlOption = None, logs_dir: LogsDirOption = None, as_json: JsonOption = False
 ) -> None:
     """Where a job is now (queue, state, hold, host, attempts left, next retry), its route, and every attempt."""
-    from pi_dispatch.console.jobview import print_job, read_job_facts
+    from pi_dispatch.console.jobfacts import read_job_facts
+    from pi_dispatch.console.jobview import print_job
 
     facts = run_store(url, lambda client: read_job_facts(client, job_id, logs_dir_of(logs_dir)))
     if as_json:

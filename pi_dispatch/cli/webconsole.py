@@ -1,22 +1,19 @@
 """`pi-dispatch console`: the web console (`web/app.py`), served until stopped, with the settings of its env file
 (`config/console_settings.py`: the store, the logins, whether operators may act) or the environment; `--valkey-url`,
 `--bind` and `--port` override them. Read-only and on 127.0.0.1 unless told otherwise; it needs the `console` extra
-(Jinja2), so a worker host pays nothing for it."""
+(Jinja2), so a worker host pays nothing for it. Its unit's form (`console [--env-file F]`) starts without the command
+line (`web/entry.py`)."""
 
 from __future__ import annotations
 
 import asyncio
-import signal
-from typing import TYPE_CHECKING, Annotated
+from functools import partial
+from typing import Annotated
 
 import typer
 
 from pi_dispatch.cli.common import EnvFileOption, ValkeyUrlOption, console, errors
 from pi_dispatch.core.errors import ExitStatus
-
-if TYPE_CHECKING:
-    from pi_dispatch.infra.store import StoreAddress
-    from pi_dispatch.web.auth import Access
 
 
 def webconsole(
@@ -43,6 +40,7 @@ def webconsole(
     from pi_dispatch.config.console_settings import load_console_settings
     from pi_dispatch.infra.store import store_of
     from pi_dispatch.web.auth import Access
+    from pi_dispatch.web.entry import serve
 
     settings = load_console_settings(env_file)
     if check:
@@ -51,33 +49,8 @@ def webconsole(
         return
     store = store_address(url) if url is not None else store_of(settings)
     access = Access(settings.declared_logins, actions=settings.actions, tls=settings.tls)
-    code = asyncio.run(_serve(store, access, bind or settings.bind, port or settings.port))
-    raise typer.Exit(code)
-
-
-async def _serve(store: StoreAddress, access: Access, bind: str, port: int) -> int:
-    from aiohttp import web
-
-    from pi_dispatch.web.app import console_app
-
-    runner = web.AppRunner(console_app(store.client(), store, access), access_log=None)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, bind, port, reuse_address=True).start()
-    except OSError as error:
-        await runner.cleanup()
-        errors.print(f"error: cannot listen on {bind}:{port} ({error.strerror}); fix: --bind or --port")
-        return ExitStatus.FAILURE
-    mode = ("actions for operate logins" if access.actions else "read-only") + (
-        f", {len(access.logins)} logins" if access.logins else ", no login asked for"
+    say = partial(console.print, highlight=False)
+    code = asyncio.run(
+        serve(store, access, bind or settings.bind, port or settings.port, say=say, complain=errors.print)
     )
-    console.print(f"pi-dispatch console on http://{bind}:{port}/ ({mode}; {store.shown()})", highlight=False)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
-    return ExitStatus.OK
+    raise typer.Exit(code)

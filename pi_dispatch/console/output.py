@@ -25,7 +25,8 @@ from rich.segment import Segments
 from rich.table import Table
 from rich.text import Text
 
-from pi_dispatch.console.terminal import keep_whole, plain
+from pi_dispatch.console.plaintext import plain
+from pi_dispatch.console.terminal import keep_whole
 
 GAP = "  "
 EMPTY = "-"

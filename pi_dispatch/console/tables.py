@@ -12,8 +12,9 @@ from rich.text import Text
 
 from pi_dispatch.audit.placement import SEVERITIES, Report
 from pi_dispatch.console.output import Rows, show, show_rows
+from pi_dispatch.console.plaintext import plain
 from pi_dispatch.console.rowview import clock_note, run_usage
-from pi_dispatch.console.terminal import keep_whole, plain, visible
+from pi_dispatch.console.terminal import keep_whole, visible
 from pi_dispatch.core.capabilities import is_draining, unhealthy_reason
 from pi_dispatch.core.jscompat import iso_string
 from pi_dispatch.fleet.backlog import shown_count

@@ -15,27 +15,7 @@ from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
-MAX_SHOWN: Final = 200
-_HIDDEN: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
-
-
-def plain(value: object, limit: int = MAX_SHOWN) -> str:
-    """A value as one safe line: scalars as text, anything else by its type, hidden characters made visible."""
-    if value is None:
-        return ""
-    if isinstance(value, bool | int | float):
-        text = str(value)
-    elif isinstance(value, str):
-        text = value
-    else:
-        return f"<{type(value).__name__}>"
-    shown = _HIDDEN.sub(_escape, text)
-    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+from pi_dispatch.console.plaintext import MAX_SHOWN, escape_hidden, plain
 
 
 def visible(value: object, limit: int = MAX_SHOWN) -> Text:
@@ -67,4 +47,4 @@ _HIDDEN_IN_OUTPUT: Final = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e
 
 def output_text(data: bytes) -> str:
     """A job's output for a terminal: its lines and tabs kept, every other hidden character made visible."""
-    return _HIDDEN_IN_OUTPUT.sub(_escape, data.decode("utf-8", "replace"))
+    return _HIDDEN_IN_OUTPUT.sub(escape_hidden, data.decode("utf-8", "replace"))

@@ -28,8 +28,9 @@ from rich.table import Table
 from rich.text import Text
 
 from pi_dispatch.console.output import show
+from pi_dispatch.console.plaintext import plain
 from pi_dispatch.console.rowview import clock_note, run_usage, typed_row
-from pi_dispatch.console.terminal import keep_whole, plain, visible
+from pi_dispatch.console.terminal import keep_whole, visible
 from pi_dispatch.core.capabilities import is_draining, is_live, is_stuck, unhealthy_reason
 from pi_dispatch.core.jscompat import finite, iso_string, js_number
 from pi_dispatch.core.keys import SHARED_QUEUE

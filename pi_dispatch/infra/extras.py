@@ -21,6 +21,7 @@ from pi_dispatch.core.errors import ConfigError, Problem
 
 DISTRIBUTION: Final = "pi-dispatch"
 EXTRAS: Final = {
+    "console": "the web console's templates",
     "controller": "Ansible's inventory loader",
     "demo": "the embedded Valkey and the example fleet",
     "receiver": "the webhook receiver's HTTP server and client, JWT signing and file watching",

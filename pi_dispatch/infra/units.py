@@ -1,4 +1,4 @@
-"""How a systemd unit starts a long-running command: `pi-dispatch worker` or `pi-dispatch receiver`, alone or with
+"""How a systemd unit starts a long-running command: `pi-dispatch worker`, `receiver` or `console`, alone or with
 `--env-file FILE`. Those two forms start without the command line's framework (`cli/__init__.py`): a process that
 runs for months on every host pays for whatever it loads; anything else goes through the full command line, which
 parses and explains it.

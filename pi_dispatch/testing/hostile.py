@@ -21,7 +21,7 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 from bullmq import Queue
 
-from pi_dispatch.console.terminal import plain
+from pi_dispatch.console.plaintext import plain
 from pi_dispatch.core.capabilities import RouteTable, job_needs
 from pi_dispatch.core.jscompat import js_string
 from pi_dispatch.core.keys import HOST_LIVE, RUNS_INDEX, bull_key, host_row_key, run_record_key

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.console.fleetread import FleetRead, read_fleet_state
-from pi_dispatch.console.jobview import read_job_facts
+from pi_dispatch.console.jobfacts import read_job_facts
 from pi_dispatch.core.scopedlimits import ScopedLimits
 from pi_dispatch.fleet.limitview import LimitsView, published_caps, read_limits
 from pi_dispatch.fleet.mirror import read_mirrored_runs

@@ -7,7 +7,8 @@ from typing import Any
 
 from rich.console import Console
 
-from pi_dispatch.console.jobview import job_facts, print_job
+from pi_dispatch.console.jobfacts import job_facts
+from pi_dispatch.console.jobview import print_job
 from pi_dispatch.fleet.jobhistory import Entry
 from pi_dispatch.fleet.locate import Located
 

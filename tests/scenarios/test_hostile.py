@@ -21,7 +21,7 @@ from bullmq import Queue
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pi_dispatch.console.terminal import plain
+from pi_dispatch.console.plaintext import plain
 from pi_dispatch.core.jobbounds import MAX_DEPTH, job_refusal
 from pi_dispatch.core.names import record_stem
 from pi_dispatch.fleet.registry import InvalidRow, host_from_row

@@ -1,0 +1,79 @@
+"""How the console serves: `pi-dispatch console` from the command line (with its overrides), or as its unit starts
+it (`console` or `console --env-file FILE`, `infra/units.py`), without the command line's framework: a process that
+stays up for months pays for what it loads (bench/console.py: its idle RSS).
+
+A connection must send a request's headers within HEADER_DEADLINE_S (aiohttp's keep-alive timeout runs from the
+connection's start and between requests), and a body is at most 64 KiB (`app.py`): the console's forms are small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from pi_dispatch.core.errors import ExitStatus
+
+if TYPE_CHECKING:
+    from pi_dispatch.infra.store import StoreAddress
+    from pi_dispatch.web.auth import Access
+
+HEADER_DEADLINE_S: Final = 10.0
+
+
+def run(env_file: Path | None) -> int:
+    """The unit's start: the settings of `env_file` (or the environment), served until SIGTERM; the exit status.
+    A refusal of the settings is raised (exit 2, said by the caller)."""
+    from pi_dispatch.config.console_settings import load_console_settings
+    from pi_dispatch.infra.extras import require
+    from pi_dispatch.infra.store import store_of
+    from pi_dispatch.web.auth import Access
+
+    require("console", "jinja2")
+    settings = load_console_settings(env_file)
+    access = Access(settings.declared_logins, actions=settings.actions, tls=settings.tls)
+    return asyncio.run(serve(store_of(settings), access, settings.bind, settings.port, say=_say, complain=_complain))
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _complain(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+async def serve(
+    store: StoreAddress, access: Access, bind: str, port: int, *, say: Callable[[str], None],
+    complain: Callable[[str], None],
+) -> int:  # fmt: skip
+    """Serve the console until SIGINT or SIGTERM (exit 0); exit 1 when the port cannot be taken."""
+    from aiohttp import web
+
+    from pi_dispatch.web.app import console_app
+
+    runner = web.AppRunner(console_app(store.client(), store, access), access_log=None,
+                           keepalive_timeout=HEADER_DEADLINE_S)  # fmt: skip
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, bind, port, reuse_address=True).start()
+    except OSError as error:
+        await runner.cleanup()
+        complain(f"error: cannot listen on {bind}:{port} ({error.strerror}); fix: --bind or --port")
+        return ExitStatus.FAILURE
+    mode = ("actions for operate logins" if access.actions else "read-only") + (
+        f", {len(access.logins)} logins" if access.logins else ", no login asked for"
+    )
+    say(f"pi-dispatch console on http://{bind}:{port}/ ({mode}; {store.shown()})")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+    return ExitStatus.OK
