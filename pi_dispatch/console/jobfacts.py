@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from pi_dispatch.console.plaintext import plain
-from pi_dispatch.core.capabilities import explain_route
+from pi_dispatch.core.capabilities import explain_route, with_drains
 from pi_dispatch.core.jscompat import iso_string
 from pi_dispatch.core.names import record_stem
 from pi_dispatch.fleet.jobhistory import Entry, read_attempts, read_entries
 from pi_dispatch.fleet.locate import Located, candidate_queues, locate
 from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
+from pi_dispatch.fleet.snapshot import read_drained
 from pi_dispatch.worker.history import read_attempt_records
 
 
@@ -26,7 +27,9 @@ async def read_job_facts(client: Any, job_id: str, logs_dir: Path | None) -> dic
     if not history and logs_dir is not None:
         history = read_attempt_records(logs_dir, job_id)
     live = await read_live_hosts(client)
+    drained = await read_drained(client)  # an operator's drain counts at once, as the router at enqueue counts it
     rows = live.hosts if isinstance(live, LiveHosts) else []
+    rows = rows if drained is None else with_drains(rows, drained)
     found = await locate(client, job_id, candidate_queues(rows, [record.get("host") for record in history]))
     current = len(history) + 1
     start = await read_entries(client, stem, current, count=1) if found and found[0].state == "active" else []

@@ -1,6 +1,6 @@
 """The web console in a real browser (Debian's Chromium, driven by Selenium) against a real store, worker and Docker:
 find a job with the search box, watch a line its container prints appear in the page, and a hostile `<script>` in
-its output shown as text and never run. Each page's screenshot is saved under the test's folder."""
+its output shown as text and never run. Each page's screenshot is saved in build/screenshots, the run's artifacts."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from tests.support.workers import CEILING_S, finished_job, running_worker, setti
 from tests.web.test_access import TOKENS, logins
 
 pytestmark = [pytest.mark.redis, pytest.mark.browser]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"  # the run's artifacts (not committed)
 HOSTILE = "<script>window.pwned = 1</script><img src=x onerror=window.pwned=2>"
 
 
@@ -58,8 +59,10 @@ async def until(condition: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.1)
 
 
-async def shoot(chromium: Any, folder: Path, name: str) -> None:
-    await asyncio.to_thread(chromium.save_screenshot, str(folder / f"console-{name}.png"))
+async def shoot(chromium: Any, name: str) -> None:
+    """The page as the browser shows it, kept as the run's artifact (docs/images has the copies the docs show)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    assert await asyncio.to_thread(chromium.save_screenshot, str(SCREENSHOTS / f"console-{name}.png"))
 
 
 @pytest.mark.docker
@@ -87,7 +90,7 @@ async def test_a_job_found_by_id_shows_its_containers_lines_live_and_hostile_out
         log = await asyncio.to_thread(chromium.find_element, By.ID, "log")
         await until(lambda: "tick 1" in log.text, "a line its container printed")
         running = await asyncio.to_thread(lambda: "tick 4" not in log.text)
-        await shoot(chromium, tmp_path, "job")
+        await shoot(chromium, "job")
         await finished_job(queue, "gh-watched")
         await until(lambda: "tick 4" in log.text, "the last line")
     assert running  # the first line was there while the container still ran
@@ -95,6 +98,9 @@ async def test_a_job_found_by_id_shows_its_containers_lines_live_and_hostile_out
     assert await asyncio.to_thread(chromium.execute_script, "return window.pwned") is None  # and never run
     assert await asyncio.to_thread(lambda: log.find_elements(By.TAG_NAME, "script")) == []
     await until(lambda: "ended" in chromium.find_element(By.ID, "log-state").text, "the attempt's end")
+    for page in ("runs", "limits"):  # with the run on record, for the docs
+        await asyncio.to_thread(chromium.get, f"{console_url}/{page}")
+        await shoot(chromium, page)
 
 
 async def test_every_page_renders_in_the_browser_with_no_script_error(
@@ -102,7 +108,7 @@ async def test_every_page_renders_in_the_browser_with_no_script_error(
 ) -> None:
     for page in ("runs", "fleet", "limits", "jobs/nope"):
         await asyncio.to_thread(chromium.get, f"{console_url}/{page}")
-        await shoot(chromium, tmp_path, page.replace("/", "-"))
+        await shoot(chromium, "empty-" + page.replace("/", "-"))
         logged = await asyncio.to_thread(chromium.get_log, "browser")
         errors = [entry for entry in logged if entry.get("level") == "SEVERE" and "/jobs/nope" not in entry["message"]]
         assert errors == [], (page, errors)  # the CSP lets the page's own scripts run, and they run cleanly
@@ -145,7 +151,7 @@ async def test_an_operator_cancels_a_running_job_and_its_container_goes_while_a_
         await asyncio.to_thread(chromium.get, f"{url}/jobs/gh-cancelled")
         await asyncio.to_thread(chromium.find_element(By.ID, "cancel").click)
         await until(lambda: bool(chromium.find_elements(By.ID, "confirm")), "the confirmation")
-        await shoot(chromium, tmp_path, "confirm")
+        await shoot(chromium, "confirm")
         await asyncio.to_thread(chromium.find_element(By.ID, "confirm").click)
         await until(lambda: bool(chromium.find_elements(By.ID, "outcome")), "the outcome")
         said = await asyncio.to_thread(lambda: chromium.find_element(By.ID, "outcome").text)
@@ -156,3 +162,43 @@ async def test_an_operator_cancels_a_running_job_and_its_container_goes_while_a_
             await asyncio.sleep(0.2)
         job = await finished_job(queue, "gh-cancelled")
     assert job.failedReason and "cancelled" in job.failedReason
+
+
+async def test_an_operator_drains_the_host_a_job_routes_to_and_its_route_moves(
+    valkey_url: str, client: aioredis.Redis, chromium: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    from pi_dispatch.core.keys import SHARED_QUEUE
+    from pi_dispatch.fleet.registry import HostRegistry
+
+    async def route() -> str:
+        await asyncio.to_thread(chromium.get, f"{url}/jobs/gh-drained")
+        return str(await asyncio.to_thread(lambda: chromium.find_element(By.ID, "route").text))
+
+    for name in ("mini1", "mini2", "mini3"):
+        await HostRegistry(client, name).start({"concurrency": "1", "caps": "s:prod", "routes": "true"},
+                                               keep_beating=False)  # fmt: skip
+    await HostRegistry(client, "plain").start({"concurrency": "1", "caps": "", "routes": "true"}, keep_beating=False)
+    shared = Queue(SHARED_QUEUE, {"connection": valkey_url})
+    await shared.add("github", {"repo": "acme/web", "secretsProfile": "prod"}, {"jobId": "gh-drained"})
+    await shared.close()
+    async with serving(valkey_url, Access(logins(), actions=True, tls=False)) as url:
+        await asyncio.to_thread(chromium.get, f"{url}/runs")
+        field = await asyncio.to_thread(chromium.find_element, By.NAME, "token")
+        await asyncio.to_thread(field.send_keys, TOKENS["alice"])
+        await asyncio.to_thread(field.submit)
+        await until(lambda: "alice (" in chromium.page_source, "the login's name")
+        before = await route()
+        assert before in ("mini1", "mini2", "mini3"), before
+        await asyncio.to_thread(chromium.get, f"{url}/fleet")
+        form = f"form[action='/act/drain/{before}'] button"
+        await asyncio.to_thread(chromium.find_element(By.CSS_SELECTOR, form).click)
+        await until(lambda: bool(chromium.find_elements(By.ID, "confirm")), "the confirmation")
+        await asyncio.to_thread(chromium.find_element(By.ID, "confirm").click)
+        await until(lambda: bool(chromium.find_elements(By.ID, "outcome")), "the outcome")
+        after = await route()
+        await shoot(chromium, "job-routed")
+        await asyncio.to_thread(chromium.get, f"{url}/fleet")
+        await shoot(chromium, "fleet")
+    assert after in ("mini1", "mini2", "mini3") and after != before, (before, after)
