@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -24,6 +25,10 @@ def webconsole(
     ] = None,
     port: Annotated[
         int | None, typer.Option("--port", min=1, max=65535, help="The port (default PI_CONSOLE_PORT: 10480).")
+    ] = None,
+    inventory: Annotated[
+        Path | None,
+        typer.Option("--inventory", "-i", help="The inventory its audit page audits (default PI_CONSOLE_INVENTORY)."),
     ] = None,
     check: Annotated[bool, typer.Option("--check", help="Check the settings (exit 0, or 2 naming each problem).")] = (
         False
@@ -50,7 +55,6 @@ def webconsole(
     store = store_address(url) if url is not None else store_of(settings)
     access = Access(settings.declared_logins, actions=settings.actions, tls=settings.tls)
     say = partial(console.print, highlight=False)
-    code = asyncio.run(
-        serve(store, access, bind or settings.bind, port or settings.port, say=say, complain=errors.print)
-    )
+    address, audited = (bind or settings.bind, port or settings.port), inventory or settings.inventory
+    code = asyncio.run(serve(store, access, *address, inventory=audited, say=say, complain=errors.print))
     raise typer.Exit(code)

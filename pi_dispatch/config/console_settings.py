@@ -24,6 +24,7 @@ from pi_dispatch.config.kinds import (
     SENTINEL_PASSWORD_HELP,
     SENTINELS_HELP,
     Flag,
+    HostFile,
     Password,
     PrimaryName,
     Sentinels,
@@ -106,6 +107,13 @@ class ConsoleSettings(DeclaredSettings):
         False,
         "1: the console is reached through a TLS proxy, and its session cookie is marked Secure.",
         "1 or 0",
+    )
+    inventory: HostFile = setting(
+        "PI_CONSOLE_INVENTORY",
+        None,
+        "The fleet's Ansible inventory (a file or folder on this host): its audit page shows `pi-dispatch audit "
+        "--live` of it (the controller extra installed beside the console's). Unset: no audit page.",
+        "a path such as /etc/pi-dispatch/inventory; or unset",
     )
 
     @property

@@ -350,6 +350,15 @@ def store_of(settings: Any) -> StoreAddress:
     )
 
 
+def store_environ(store: StoreAddress) -> dict[str, str]:
+    """The variables `store_from_environ` reads back as this store: for a child process (`pi-dispatch audit`),
+    whose command line must never carry a password."""
+    named = {"VALKEY_URL": store.url, "VALKEY_PASSWORD": store.password, "VALKEY_PRIMARY_NAME": store.primary_name,
+             "VALKEY_SENTINELS": ",".join(f"{host}:{port}" for host, port in store.sentinels),
+             "VALKEY_SENTINEL_PASSWORD": store.sentinel_password}  # fmt: skip
+    return {name: value for name, value in named.items() if value}
+
+
 def store_from_environ(environ: Mapping[str, str] = os.environ, url: str | None = None) -> StoreAddress:
     """The store the operator's environment names (the same variables the worker's env file sets); `url` is a
     `--valkey-url` given on the command line. ValueError names a malformed VALKEY_SENTINELS."""

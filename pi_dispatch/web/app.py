@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 from urllib.parse import quote
 
@@ -24,10 +25,12 @@ from pi_dispatch.core.errors import ConfigError
 from pi_dispatch.fleet.registry import LiveHosts
 from pi_dispatch.infra.valkey import STORE_FAULTS, describe
 from pi_dispatch.web.actions import add_routes
+from pi_dispatch.web.audit import AUDITOR, Auditor
 from pi_dispatch.web.auth import ACCESS, Access, authenticated, log_in, log_out, login_page
 from pi_dispatch.web.live import latest_attempt, stream_log
 from pi_dispatch.web.reads import (
     OUTCOMES,
+    Page,
     RunFilter,
     grouped_answers,
     read_fleet,
@@ -119,14 +122,22 @@ async def fleet(request: web.Request) -> web.StreamResponse:
     read = await read_fleet(_client(request), request.app[STORE])  # type: ignore[arg-type]
     hosts = read.live.hosts if isinstance(read.live, LiveHosts) else []
     state = read.live if not isinstance(read.live, LiveHosts) else None
-    context = {"hosts": hosts, "unreachable": state, "queues": read.host_queues, "waiting": read.waiting[:50],
-               "store": read.store}  # fmt: skip
+    named = request.query.get("host", "")[:64]
+    shown = Page.of(request.query.get("page", ""), [host for host in hosts if named in str(host["name"])])
+    queues = [queue for queue in read.host_queues if named in queue.host]
+    context = {"hosts": shown, "unreachable": state, "queues": Page.of(request.query.get("page", ""), queues),
+               "waiting": read.waiting[:50], "store": read.store, "named": named, "total": len(hosts)}  # fmt: skip
     return page(request, "fleet.html", context)
 
 
 async def limits(request: web.Request) -> web.StreamResponse:
     view = await read_spend(_client(request), int(time.time() * 1000))
     return page(request, "limits.html", {"view": view})
+
+
+async def audit(request: web.Request) -> web.StreamResponse:
+    read = await request.app[AUDITOR].read()
+    return page(request, "audit.html", {"read": read}, status=200 if read.report is not None else 503)
 
 
 async def no_icon(request: web.Request) -> web.StreamResponse:
@@ -142,19 +153,22 @@ async def static(request: web.Request) -> web.StreamResponse:
     return web.Response(body=body, content_type=kind, headers={"Cache-Control": "public, max-age=3600"})
 
 
-def console_app(client: aioredis.Redis, store: StoreAddress, access: Access | None = None) -> web.Application:
+def console_app(
+    client: aioredis.Redis, store: StoreAddress, access: Access | None = None, inventory: Path | None = None
+) -> web.Application:
     """The console's application over one store client (closed with it); `access` says who may log in and act
-    (none: no login, read-only)."""
+    (none: no login, read-only); `inventory` is what its audit page audits (none: no audit page)."""
     app = web.Application(middlewares=[guarded, authenticated], client_max_size=64 * 1024)
     access = access or Access((), actions=False, tls=False)
     app[CLIENT], app[STORE], app[TEMPLATES], app[ACCESS] = client, store, templates(), access
-    app[ACTIONS_ON] = access.actions
+    app[ACTIONS_ON], app[AUDITOR] = access.actions, Auditor(inventory, store)
     app.router.add_get("/", home)
     app.router.add_get("/runs", runs)
     app.router.add_get("/jobs/{job_id}", job)
     app.router.add_get("/jobs/{job_id}/log", job_log)
     app.router.add_get("/fleet", fleet)
     app.router.add_get("/limits", limits)
+    app.router.add_get("/audit", audit)
     app.router.add_get("/static/{name}", static)
     app.router.add_get("/favicon.ico", no_icon)
     app.router.add_get("/login", login_page)

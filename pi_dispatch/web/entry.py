@@ -35,7 +35,10 @@ def run(env_file: Path | None) -> int:
     require("console", "jinja2")
     settings = load_console_settings(env_file)
     access = Access(settings.declared_logins, actions=settings.actions, tls=settings.tls)
-    return asyncio.run(serve(store_of(settings), access, settings.bind, settings.port, say=_say, complain=_complain))
+    address = (settings.bind, settings.port)
+    return asyncio.run(
+        serve(store_of(settings), access, *address, inventory=settings.inventory, say=_say, complain=_complain)
+    )
 
 
 def _say(line: str) -> None:
@@ -47,15 +50,15 @@ def _complain(line: str) -> None:
 
 
 async def serve(
-    store: StoreAddress, access: Access, bind: str, port: int, *, say: Callable[[str], None],
-    complain: Callable[[str], None],
+    store: StoreAddress, access: Access, bind: str, port: int, *, inventory: Path | None,
+    say: Callable[[str], None], complain: Callable[[str], None],
 ) -> int:  # fmt: skip
     """Serve the console until SIGINT or SIGTERM (exit 0); exit 1 when the port cannot be taken."""
     from aiohttp import web
 
     from pi_dispatch.web.app import console_app
 
-    runner = web.AppRunner(console_app(store.client(), store, access), access_log=None,
+    runner = web.AppRunner(console_app(store.client(), store, access, inventory), access_log=None,
                            keepalive_timeout=HEADER_DEADLINE_S)  # fmt: skip
     await runner.setup()
     try:

@@ -57,7 +57,24 @@ async def read_job(client: aioredis.Redis, job_id: str) -> dict[str, Any]:
     return await read_job_facts(client, job_id, None)
 
 
+PAGE_SIZE: Final = 100  # rows a fleet page shows: thousands of hosts read in pages
 NAMES_SHOWN: Final = 40  # the hosts named beside each route answer, unless every one is asked for
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a long list: its rows, its number (from 1) and how many there are."""
+
+    rows: list[Any]
+    number: int
+    count: int
+    total: int
+
+    @classmethod
+    def of(cls, asked: str, every: Sequence[Any]) -> Page:
+        count = max(1, -(-len(every) // PAGE_SIZE))
+        number = min(max(1, int(asked)), count) if asked.isdigit() and len(asked) < 7 else 1
+        return cls(list(every[(number - 1) * PAGE_SIZE : number * PAGE_SIZE]), number, count, len(every))
 
 
 @dataclass(frozen=True)

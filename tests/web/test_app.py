@@ -118,3 +118,49 @@ async def test_a_job_page_groups_every_hosts_route_answer(browser: TestClient[An
         assert all(f"plain{index:02d}" in every for index in range(NAMES_SHOWN + 5)) and "more</td>" not in every
     finally:
         await client.aclose()
+
+
+async def test_the_fleet_page_shows_thousands_of_hosts_a_page_at_a_time(
+    browser: TestClient[Any, Any], client: aioredis.Redis
+) -> None:
+    from pi_dispatch.fleet.registry import HostRegistry
+    from pi_dispatch.web.reads import PAGE_SIZE
+
+    for index in range(PAGE_SIZE + 5):
+        await HostRegistry(client, f"w{index:04d}").start({"concurrency": "1"}, keep_beating=False)
+
+    def named(page: str) -> list[str]:
+        table = page.split('<table class="hosts">')[1].split("</table>")[0]
+        return [row.split("<td>")[1].split("</td>")[0] for row in table.split("<tr>")[2:]]
+
+    first = await (await browser.get("/fleet")).text()
+    assert named(first) == [f"w{index:04d}" for index in range(PAGE_SIZE)] and "page 1 of 2" in first
+    second = await (await browser.get("/fleet", params={"page": "2"})).text()
+    assert named(second) == [f"w{index:04d}" for index in range(PAGE_SIZE, PAGE_SIZE + 5)]
+    assert named(await (await browser.get("/fleet", params={"page": "99"})).text()) == named(second)  # the last
+    found = await (await browser.get("/fleet", params={"host": "w010"})).text()
+    assert named(found) == ["w0100", "w0101", "w0102", "w0103", "w0104"] and "5 of 105 live hosts" in found
+
+
+@pytest.mark.slow
+async def test_the_audit_page_shows_what_audit_live_finds_in_the_inventory(valkey_url: str) -> None:
+    from pathlib import Path
+
+    from pi_dispatch.core.errors import ExitStatus
+    from tests.support.helpers import run_cli_process
+
+    inventory = Path(__file__).resolve().parents[2] / "inventory.example"
+    store = StoreAddress(valkey_url)
+    async with TestClient(TestServer(console_app(store.client(), store, inventory=inventory))) as http:
+        answer = await http.get("/audit")
+        page = await answer.text()
+    said = run_cli_process("audit", "--inventory", str(inventory), "--live", "--json", "--valkey-url", valkey_url)
+    assert said.returncode in (ExitStatus.OK, ExitStatus.FAILURE), said.stderr
+    codes = {finding["code"] for finding in json.loads(said.stdout)["findings"]}
+    assert answer.status == 200 and codes and all(f"<code>{code}</code>" in page for code in codes)
+    assert "registry: ok" in page  # it read the live registry, through the store handed to it
+
+
+async def test_without_an_inventory_the_audit_page_says_how_to_name_one(browser: TestClient[Any, Any]) -> None:
+    answer = await browser.get("/audit")
+    assert answer.status == 503 and "PI_CONSOLE_INVENTORY" in await answer.text()
