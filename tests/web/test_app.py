@@ -130,7 +130,7 @@ async def test_the_fleet_page_shows_thousands_of_hosts_a_page_at_a_time(
         await HostRegistry(client, f"w{index:04d}").start({"concurrency": "1"}, keep_beating=False)
 
     def named(page: str) -> list[str]:
-        table = page.split('<table class="hosts">')[1].split("</table>")[0]
+        table = page.split('<table class="hosts">')[1].split("</table>", maxsplit=1)[0]
         return [row.split("<td>")[1].split("</td>")[0] for row in table.split("<tr>")[2:]]
 
     first = await (await browser.get("/fleet")).text()
