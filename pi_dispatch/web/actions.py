@@ -1,4 +1,5 @@
-"""What an operator may do from the console: cancel or retry a job, drain or resume a host. Each calls exactly what
+"""What an operator may do from the console: cancel or retry a job, retry the failed jobs of a host or a window,
+drain or resume a host. Each calls exactly what
 the command of the same name calls (`fleet/steer.py`, `fleet/control.py`), never BullMQ directly; each asks to
 confirm first (a page with one button), and its outcome is shown and written to the fleet's trail under the login's
 name (`fleet/trail.py`). Only a login of role `operate`, with PI_CONSOLE_ACTIONS=1, may; anyone else is refused 403.
@@ -6,13 +7,14 @@ name (`fleet/trail.py`). Only a login of role `operate`, with PI_CONSOLE_ACTIONS
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
+from pi_dispatch.console.since import since_epoch_ms
 from pi_dispatch.core.names import WORKER_NAME_RE
 from pi_dispatch.fleet.control import Drain, request_drain
-from pi_dispatch.fleet.steer import cancel_job, queues_for, retry_job
+from pi_dispatch.fleet.steer import RETRY_MAX, cancel_job, failed_jobs, queues_for, retry_job
 from pi_dispatch.fleet.trail import Action, record_action
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.web.auth import ACCESS, Session
@@ -31,7 +33,9 @@ ASKS: Final = {
     "retry": "Run job {target} again, routed anew; its attempt history goes on.",
     "drain": "Drain host {target}: routers skip it, it takes nothing new, what waits on its queue moves to peers.",
     "resume": "Put host {target} back in service.",
+    "retry-failed": "Run again every job that failed {since_said}{where}, each routed anew (at most {limit}).",
 }
+ANY_HOST: Final = "any"  # retry-failed's target when no host narrows it
 
 
 def _operator(request: web.Request) -> Session:
@@ -49,14 +53,41 @@ async def act(request: web.Request) -> web.StreamResponse:
     if what in ("drain", "resume") and WORKER_NAME_RE.fullmatch(target) is None:
         raise web.HTTPBadRequest(text="not a worker name")
     form = await request.post()
+    client: aioredis.Redis = request.app[CLIENT]  # type: ignore[assignment]
+    if what == "retry-failed":
+        return await _retry_failed(request, session, target, form)
     if form.get("confirm") != "yes":
         context = {"what": what, "target": target, "ask": ASKS[what].format(target=target),
                    "path": request.path}  # fmt: skip
         return page(request, "confirm.html", context)
-    client: aioredis.Redis = request.app[CLIENT]  # type: ignore[assignment]
     outcome = await _perform(client, request.app[STORE], what, target)  # type: ignore[arg-type]
     await record_action(client, Action(wall_ms(), session.name or "", "console", what, target, outcome))
     return page(request, "outcome.html", {"what": what, "target": target, "outcome": outcome})
+
+
+async def _retry_failed(request: web.Request, session: Session, target: str, form: Any) -> web.StreamResponse:
+    """`pi-dispatch retry --failed [--host H] [--since S]`: the same finding and the same retry of each, each
+    written to the trail as the command writes it."""
+    client: aioredis.Redis = request.app[CLIENT]  # type: ignore[assignment]
+    since = str(form.get("since", ""))[:40]
+    host = None if target == ANY_HOST else target
+    if host is not None and WORKER_NAME_RE.fullmatch(host) is None:
+        raise web.HTTPBadRequest(text="not a worker name")
+    since_ms = since_epoch_ms(since or None)  # a since that does not read: a 400 page saying so
+    if form.get("confirm") != "yes":
+        ask = ASKS["retry-failed"].format(since_said=f"since {since}" if since else "(any time)", limit=RETRY_MAX,
+                                          where=f" whose last attempt ran on {host}" if host else "")  # fmt: skip
+        context = {"what": "retry-failed", "target": target, "ask": ask, "path": request.path, "since": since}
+        return page(request, "confirm.html", context)
+    found = await failed_jobs(client, await queues_for(client, None), since_ms=since_ms, host=host)
+    results = []
+    for job_id, queue in found:
+        done = await retry_job(client, request.app[STORE], job_id, [queue])  # type: ignore[arg-type]
+        await record_action(client, Action(wall_ms(), session.name or "", "console", "retry", job_id, done.result))
+        results.append((job_id, done.result))
+    outcome = f"{sum(result == 'queued' for _, result in results)} of {len(results)} queued"
+    return page(request, "outcome.html", {"what": "retry-failed", "target": target, "outcome": outcome,
+                                          "results": results})  # fmt: skip
 
 
 async def _perform(client: aioredis.Redis, store: StoreAddress, what: str, target: str) -> str:
@@ -74,3 +105,4 @@ async def _perform(client: aioredis.Redis, store: StoreAddress, what: str, targe
 def add_routes(app: web.Application) -> None:
     app.router.add_post(r"/act/{what:cancel|retry}/{target}", act)
     app.router.add_post(r"/act/{what:drain|resume}/{target}", act)
+    app.router.add_post(r"/act/{what:retry-failed}/{target}", act)

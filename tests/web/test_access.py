@@ -98,3 +98,34 @@ async def test_logging_out_ends_the_session(browser: TestClient[Any, Any]) -> No
     out = await browser.post("/logout", data={"csrf": csrf}, allow_redirects=False)
     assert out.status == 302 and out.headers["Location"] == "/login"
     assert (await browser.get("/runs", allow_redirects=False)).status == 302
+
+
+async def test_an_operator_retries_the_failed_of_a_window_after_confirming(
+    browser: TestClient[Any, Any], client: aioredis.Redis, valkey_url: str
+) -> None:
+    from pi_dispatch.fleet.enqueue import forge_job_options
+    from pi_dispatch.fleet.steer import cancel_job, queues_for
+    from pi_dispatch.infra.clock import wall_ms
+    from pi_dispatch.testing.jobs import forge_job
+    from tests.support.workers import open_queues
+
+    async with open_queues(valkey_url, ["pi-jobs"]) as queues:
+        for number in (1, 2):
+            data = forge_job(number)
+            options = {k: v for k, v in forge_job_options("github", data).items() if k != "deduplication"}
+            job_id = str((await queues["pi-jobs"].add("github", data, options)).id)
+            await cancel_job(client, job_id, await queues_for(client, job_id), now=wall_ms, wait_s=1)
+    csrf = await log_in(browser, "alice")
+    assert 'id="retry-failed"' in await (await browser.get("/runs", params={"since": "2h"})).text()
+    asked = await browser.post("/act/retry-failed/any", data={"csrf": csrf, "since": "2h"})
+    assert asked.status == 200 and "since 2h" in await asked.text() and await client.llen("bull:pi-jobs:wait") == 0
+    assert (await browser.post("/act/retry-failed/any", data={"csrf": csrf, "since": "yesterday"})).status == 400
+    assert (await browser.post("/act/retry-failed/not%20a%20host", data={"csrf": csrf})).status == 400
+    done = await browser.post("/act/retry-failed/any", data={"csrf": csrf, "since": "2h", "confirm": "yes"})
+    assert done.status == 200 and 'id="outcome">2 of 2 queued<' in await done.text()
+    assert await client.llen("bull:pi-jobs:wait") == 2
+    trail = await read_trail(client, 5)
+    assert [(action.what, action.outcome) for action in trail] == [("retry", "queued"), ("retry", "queued")]
+    bob = await log_in(browser, "bob")
+    refused = await browser.post("/act/retry-failed/any", data={"csrf": bob, "confirm": "yes"})
+    assert refused.status == 403
