@@ -39,6 +39,7 @@ from pi_dispatch.web.reads import (
     read_spend,
 )
 from pi_dispatch.web.render import ACTIONS_ON, CLIENT, STORE, TEMPLATES, page, templates
+from pi_dispatch.web.spend import GROUPS, read_spend_report
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from pi_dispatch.infra.store import StoreAddress
 
 JOB_ID_MAX: Final = 512
+DEFAULT_SPEND_PERIOD: Final = "7d"
 SECURITY_HEADERS: Final = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
@@ -132,7 +134,9 @@ async def fleet(request: web.Request) -> web.StreamResponse:
 
 async def limits(request: web.Request) -> web.StreamResponse:
     view = await read_spend(_client(request), int(time.time() * 1000))
-    return page(request, "limits.html", {"view": view})
+    since = request.query.get("since", "") or DEFAULT_SPEND_PERIOD
+    report = await read_spend_report(_client(request), request.query.get("by", ""), since_epoch_ms(since))
+    return page(request, "limits.html", {"view": view, "report": report, "since": since, "groups": GROUPS})
 
 
 async def audit(request: web.Request) -> web.StreamResponse:

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from pi_dispatch.console.rowview import run_usage
 from pi_dispatch.core.capabilities import is_draining
+from pi_dispatch.core.jscompat import iso_string
 from pi_dispatch.core.money import format_micros
 from pi_dispatch.fleet.limitview import money
 
@@ -40,6 +41,7 @@ def templates() -> jinja2.Environment:
     environment.filters["usd"] = lambda micros: format_micros(int(micros))
     environment.filters["money"] = money
     environment.filters["quoted"] = lambda text: quote(str(text), safe="")
+    environment.filters["iso"] = lambda ms: iso_string(ms) if isinstance(ms, int) and ms > 0 else "-"
     environment.filters["ago"] = lambda ms: f"{int(ms) // 1000} s" if isinstance(ms, int | float) else "-"
     return environment
 
