@@ -4,13 +4,21 @@ and, without it, the same commands named at the end of the demo."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import signal
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from rich.console import Console
 from rich.markup import escape
 
 from pi_dispatch.console.output import heading
+from pi_dispatch.demo.store import free_port
+
+if TYPE_CHECKING:
+    from aiohttp.web import AppRunner
 
 
 def tools(url: str, job_id: str | None) -> list[str]:
@@ -32,9 +40,15 @@ def say_next(console: Console, url: str, job_id: str | None) -> None:
     )
 
 
-async def keep_running(console: Console, url: str, job_id: str | None) -> None:
-    """Hold the fleet up until Ctrl-C or SIGTERM, having said what to try and how to stop it."""
+async def keep_running(console: Console, url: str, job_id: str | None, inventory: Path) -> None:
+    """Hold the fleet up until Ctrl-C or SIGTERM, with the web console on it, having said what to try and how to
+    stop it."""
     heading(console, "The example fleet keeps running")
+    web_console = await _web_console(url, inventory)
+    if web_console is not None:
+        address = f"http://127.0.0.1:{web_console.addresses[0][1]}/"
+        page = f"{address}jobs/{quote(job_id, safe='')}" if job_id else address
+        console.print(f"Web console (read-only): {escape(page)}", soft_wrap=True, highlight=False)
     console.print("Try, in another terminal:")
     for command in tools(url, job_id):
         console.print(f"  {escape(command)}", soft_wrap=True, highlight=False)
@@ -48,3 +62,18 @@ async def keep_running(console: Console, url: str, job_id: str | None) -> None:
     finally:
         for signal_number in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signal_number)
+        if web_console is not None:
+            await web_console.cleanup()
+
+
+async def _web_console(url: str, inventory: Path) -> AppRunner | None:
+    """The console on a free port of 127.0.0.1 over the demo's store (its audit page audits the demo's inventory);
+    None when its extra is not installed."""
+    if importlib.util.find_spec("jinja2") is None:
+        return None
+    from pi_dispatch.infra.store import StoreAddress
+    from pi_dispatch.web.auth import Access
+    from pi_dispatch.web.entry import start_console
+
+    read_only = Access((), actions=False, tls=False)
+    return await start_console(StoreAddress(url), read_only, "127.0.0.1", free_port(), inventory)

@@ -120,7 +120,7 @@ class Demo:
                         await self._show_runs(client, workers, placed)
                     await self._show_audit(client, hosts)
                     first = placed[0][1] if placed else None  # (queue, job id, flow): the job, for `logs`
-                    await keep_running(console, valkey.url, first) if self.keep else say_next(
+                    await keep_running(console, valkey.url, first, self.inventory) if self.keep else say_next(
                         console, valkey.url, first
                     )
             finally:

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Final
 from pi_dispatch.core.errors import ExitStatus
 
 if TYPE_CHECKING:
+    from aiohttp import web
+
     from pi_dispatch.infra.store import StoreAddress
     from pi_dispatch.web.auth import Access
 
@@ -49,11 +51,10 @@ def _complain(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-async def serve(
-    store: StoreAddress, access: Access, bind: str, port: int, *, inventory: Path | None,
-    say: Callable[[str], None], complain: Callable[[str], None],
-) -> int:  # fmt: skip
-    """Serve the console until SIGINT or SIGTERM (exit 0); exit 1 when the port cannot be taken."""
+async def start_console(
+    store: StoreAddress, access: Access, bind: str, port: int, inventory: Path | None
+) -> web.AppRunner:
+    """The console listening on bind:port (OSError when it cannot); stopped by the runner's cleanup."""
     from aiohttp import web
 
     from pi_dispatch.web.app import console_app
@@ -63,8 +64,20 @@ async def serve(
     await runner.setup()
     try:
         await web.TCPSite(runner, bind, port, reuse_address=True).start()
-    except OSError as error:
+    except OSError:
         await runner.cleanup()
+        raise
+    return runner
+
+
+async def serve(
+    store: StoreAddress, access: Access, bind: str, port: int, *, inventory: Path | None,
+    say: Callable[[str], None], complain: Callable[[str], None],
+) -> int:  # fmt: skip
+    """Serve the console until SIGINT or SIGTERM (exit 0); exit 1 when the port cannot be taken."""
+    try:
+        runner = await start_console(store, access, bind, port, inventory)
+    except OSError as error:
         complain(f"error: cannot listen on {bind}:{port} ({error.strerror}); fix: --bind or --port")
         return ExitStatus.FAILURE
     mode = ("actions for operate logins" if access.actions else "read-only") + (

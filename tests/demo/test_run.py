@@ -94,6 +94,7 @@ def test_the_demo_runs_the_example_fleet_keeps_it_for_the_tools_and_leaves_nothi
     import subprocess
     import sys
     import time
+    import urllib.request
 
     demo_process = subprocess.Popen(
         [sys.executable, "-m", "pi_dispatch", "demo", "--keep"],
@@ -140,6 +141,13 @@ def test_the_demo_runs_the_example_fleet_keeps_it_for_the_tools_and_leaves_nothi
         )  # fmt: skip
         assert listed.returncode == 0, listed.stderr
         assert sorted(row["name"] for row in json.loads(listed.stdout)) == ["mini1", "mini2", "mini3"]
+        page_line = next(line for line in said if line.startswith("Web console (read-only): http://127.0.0.1:"))
+        page_url = page_line.split(": ", 1)[1].strip()
+        with urllib.request.urlopen(page_url, timeout=60) as answer:  # the first job's page, over the demo's store
+            assert answer.status == 200 and "gh-demo-" in answer.read().decode()
+        audit_url = page_url.split("/jobs/")[0] + "/audit"
+        with urllib.request.urlopen(audit_url, timeout=120) as answer:  # audit --live of the demo's inventory
+            assert answer.status == 200 and "<code>" in answer.read().decode()
         workers = worker_processes(demo_process.pid)
         assert len(workers) == 3, workers
         egress = re.search(r"Jobs run on\s+(pi-egress-demo-[0-9a-f]+),", text)
