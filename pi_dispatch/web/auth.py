@@ -4,7 +4,9 @@ With no login declared (PI_CONSOLE_LOGINS empty) the console asks for none and i
 on 127.0.0.1 only (the default). With logins, every page needs a session: a login posts its token, which is hashed
 and compared (in constant time) with each declared SHA-256, and gets a session cookie (HttpOnly, SameSite=Strict,
 Secure behind TLS) naming a session held in this process (a restart logs everyone out). A session carries its
-login's role and a CSRF token.
+login's role and a CSRF token. After LOGIN_FAILURES_MAX failed logins in a minute, from anyone, no token is checked
+until that minute has passed (429): a guess costs a minute per ten, whatever the addresses it comes from; sessions
+already open are not touched.
 
 Every POST must come from the console's own pages: a browser's `Sec-Fetch-Site` other than same-origin is refused
 403 (SameSite alone let a form on another port of the same host through in our test), and an action must carry the
@@ -17,6 +19,7 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
@@ -28,6 +31,8 @@ from pi_dispatch.web.render import SESSION, may_act, page
 
 SESSION_COOKIE: Final = "pi_console_session"
 SESSION_S: Final = 12 * 3600
+LOGIN_FAILURES_MAX: Final = 10  # failed logins a minute, from anyone (behind a proxy every address is the proxy's)
+LOGIN_WINDOW_S: Final = 60.0
 SESSIONS_MAX: Final = 10_000  # the oldest goes first: logging in again and again cannot grow the process
 OPEN_PATHS: Final = ("/login", "/static/", "/favicon.ico")
 READER: Final = "read"
@@ -51,6 +56,13 @@ class Access:
     actions: bool
     tls: bool
     sessions: dict[str, Session] = field(default_factory=dict)
+    failures: deque[float] = field(default_factory=deque)  # when each failed login of the last window was
+
+    def login_refused_for(self, now: float) -> float:
+        """Seconds until a token may be tried again: 0, unless LOGIN_FAILURES_MAX failed in the last window."""
+        while self.failures and self.failures[0] <= now - LOGIN_WINDOW_S:
+            self.failures.popleft()
+        return self.failures[0] + LOGIN_WINDOW_S - now if len(self.failures) >= LOGIN_FAILURES_MAX else 0.0
 
     def login(self, token: str) -> Login | None:
         """The login this token is, compared with every declared hash in constant time."""
@@ -125,8 +137,14 @@ async def login_page(request: web.Request) -> web.StreamResponse:
 async def log_in(request: web.Request) -> web.StreamResponse:
     access = request.app[ACCESS]
     form = await request.post()
+    now = time.monotonic()
+    if (wait_s := access.login_refused_for(now)) > 0:  # not even checked: guessing is slowed for everyone
+        answer = page(request, "login.html", {"failed": True, "wait_s": int(wait_s) + 1}, status=429)
+        answer.headers["Retry-After"] = str(int(wait_s) + 1)
+        return answer
     login = access.login(str(form.get("token", ""))[:4096])
     if login is None:
+        access.failures.append(now)
         return page(request, "login.html", {"failed": True}, status=401)
     response = web.Response(status=302, headers={"Location": "/runs"})
     access.set_cookie(response, access.open_session(login))

@@ -129,3 +129,13 @@ async def test_an_operator_retries_the_failed_of_a_window_after_confirming(
     bob = await log_in(browser, "bob")
     refused = await browser.post("/act/retry-failed/any", data={"csrf": bob, "confirm": "yes"})
     assert refused.status == 403
+
+
+async def test_guessing_tokens_is_refused_unchecked_after_ten_failures_a_minute(browser: TestClient[Any, Any]) -> None:
+    from pi_dispatch.web.auth import LOGIN_FAILURES_MAX
+
+    for _ in range(LOGIN_FAILURES_MAX):
+        assert (await browser.post("/login", data={"token": "a guess"})).status == 401
+    slowed = await browser.post("/login", data={"token": TOKENS["alice"]}, allow_redirects=False)
+    assert slowed.status == 429 and 0 < int(slowed.headers["Retry-After"]) <= 60  # even a right one, not checked
+    assert "try again in" in await slowed.text()
