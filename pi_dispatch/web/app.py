@@ -113,7 +113,7 @@ async def job(request: web.Request) -> web.StreamResponse:
 async def job_log(request: web.Request) -> web.StreamResponse:
     job_id = request.match_info["job_id"][:JOB_ID_MAX]
     chosen = request.query.get("attempt", "")
-    attempt = int(chosen) if chosen.isdigit() and 0 < int(chosen) < 10_000 else None
+    attempt = int(chosen) if chosen.isascii() and chosen.isdigit() and 0 < int(chosen[:6]) < 10_000 else None
     attempt = attempt or await latest_attempt(_client(request), job_id)
     if attempt is None:
         raise web.HTTPNotFound(text="no output of this job in the store")

@@ -73,7 +73,7 @@ class Page:
     @classmethod
     def of(cls, asked: str, every: Sequence[Any]) -> Page:
         count = max(1, -(-len(every) // PAGE_SIZE))
-        number = min(max(1, int(asked)), count) if asked.isdigit() and len(asked) < 7 else 1
+        number = min(max(1, int(asked)), count) if asked.isascii() and asked.isdigit() and len(asked) < 7 else 1
         return cls(list(every[(number - 1) * PAGE_SIZE : number * PAGE_SIZE]), number, count, len(every))
 
 

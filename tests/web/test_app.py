@@ -138,6 +138,7 @@ async def test_the_fleet_page_shows_thousands_of_hosts_a_page_at_a_time(
     second = await (await browser.get("/fleet", params={"page": "2"})).text()
     assert named(second) == [f"w{index:04d}" for index in range(PAGE_SIZE, PAGE_SIZE + 5)]
     assert named(await (await browser.get("/fleet", params={"page": "99"})).text()) == named(second)  # the last
+    assert named(await (await browser.get("/fleet", params={"page": "²"})).text()) == named(first)  # not a number
     found = await (await browser.get("/fleet", params={"host": "w010"})).text()
     assert named(found) == ["w0100", "w0101", "w0102", "w0103", "w0104"] and "5 of 105 live hosts" in found
 
@@ -164,3 +165,8 @@ async def test_the_audit_page_shows_what_audit_live_finds_in_the_inventory(valke
 async def test_without_an_inventory_the_audit_page_says_how_to_name_one(browser: TestClient[Any, Any]) -> None:
     answer = await browser.get("/audit")
     assert answer.status == 503 and "PI_CONSOLE_INVENTORY" in await answer.text()
+
+
+async def test_a_number_that_is_not_ascii_reads_as_none_never_a_500(browser: TestClient[Any, Any]) -> None:
+    for query in ({"attempt": "²"}, {"attempt": "٣"}, {"attempt": "9" * 40}):  # str.isdigit() passes the first two
+        assert (await browser.get("/jobs/gh-x/log", params=query)).status == 404, query  # no output of it
