@@ -62,9 +62,11 @@ class Auditor:
         try:
             out, err = await asyncio.wait_for(child.communicate(), AUDIT_CEILING_S)
         except TimeoutError:
-            child.kill()
-            await child.wait()
             return AuditRead(None, f"the audit did not end within {AUDIT_CEILING_S:.0f} s")
+        finally:
+            if child.returncode is None:  # past its ceiling, or the page's reader left: it goes too
+                child.kill()
+                await child.wait()
         if child.returncode in FINDINGS_EXIT:
             try:
                 return AuditRead(json.loads(out))

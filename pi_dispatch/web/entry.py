@@ -2,8 +2,8 @@
 it (`console` or `console --env-file FILE`, `infra/units.py`), without the command line's framework: a process that
 stays up for months pays for what it loads (bench/console.py: its idle RSS).
 
-A connection must send a request's headers within HEADER_DEADLINE_S (aiohttp's keep-alive timeout runs from the
-connection's start and between requests), and a body is at most 64 KiB (`app.py`): the console's forms are small.
+It serves behind the receiver's guard (`web/guarded.py`): a deadline for a request's headers, caps on the
+connections held open; and a body is at most 64 KiB (`app.py`): the console's forms are small.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from pi_dispatch.core.errors import ExitStatus
 
@@ -21,9 +21,8 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from pi_dispatch.infra.store import StoreAddress
+    from pi_dispatch.receiver.guard import ConnectionLimits
     from pi_dispatch.web.auth import Access
-
-HEADER_DEADLINE_S: Final = 10.0
 
 
 def run(env_file: Path | None) -> int:
@@ -52,15 +51,19 @@ def _complain(line: str) -> None:
 
 
 async def start_console(
-    store: StoreAddress, access: Access, bind: str, port: int, inventory: Path | None
-) -> web.AppRunner:
-    """The console listening on bind:port (OSError when it cannot); stopped by the runner's cleanup."""
+    store: StoreAddress, access: Access, bind: str, port: int, inventory: Path | None, *,
+    limits: ConnectionLimits | None = None,
+) -> web.AppRunner:  # fmt: skip
+    """The console listening on bind:port under the receiver's guard (`limits`, else CONSOLE_LIMITS); OSError when
+    it cannot listen. Stopped by the runner's cleanup."""
     from aiohttp import web
 
     from pi_dispatch.web.app import console_app
+    from pi_dispatch.web.guarded import CONSOLE_LIMITS, GuardedAppRunner
 
-    runner = web.AppRunner(console_app(store.client(), store, access, inventory), access_log=None,
-                           keepalive_timeout=HEADER_DEADLINE_S)  # fmt: skip
+    limits = limits or CONSOLE_LIMITS
+
+    runner = GuardedAppRunner(console_app(store.client(), store, access, inventory), limits, access_log=None)
     await runner.setup()
     try:
         await web.TCPSite(runner, bind, port, reuse_address=True).start()
