@@ -27,7 +27,7 @@ from pi_dispatch.infra.valkey import STORE_FAULTS, describe
 from pi_dispatch.web.actions import add_routes
 from pi_dispatch.web.audit import AUDITOR, Auditor
 from pi_dispatch.web.auth import ACCESS, Access, authenticated, log_in, log_out, login_page
-from pi_dispatch.web.live import latest_attempt, stream_log
+from pi_dispatch.web.live import latest_attempt, stream_log, whole_output
 from pi_dispatch.web.reads import (
     OUTCOMES,
     Page,
@@ -110,14 +110,23 @@ async def job(request: web.Request) -> web.StreamResponse:
     return page(request, "job.html", context, status=200 if facts["found"] else 404)
 
 
-async def job_log(request: web.Request) -> web.StreamResponse:
-    job_id = request.match_info["job_id"][:JOB_ID_MAX]
+async def _attempt_asked(request: web.Request, job_id: str) -> int:
     chosen = request.query.get("attempt", "")
     attempt = int(chosen) if chosen.isascii() and chosen.isdigit() and 0 < int(chosen[:6]) < 10_000 else None
     attempt = attempt or await latest_attempt(_client(request), job_id)
     if attempt is None:
         raise web.HTTPNotFound(text="no output of this job in the store")
-    return await stream_log(request, _client(request), job_id, attempt)
+    return attempt
+
+
+async def job_log(request: web.Request) -> web.StreamResponse:
+    job_id = request.match_info["job_id"][:JOB_ID_MAX]
+    return await stream_log(request, _client(request), job_id, await _attempt_asked(request, job_id))
+
+
+async def job_output(request: web.Request) -> web.StreamResponse:
+    job_id = request.match_info["job_id"][:JOB_ID_MAX]
+    return await whole_output(request, _client(request), job_id, await _attempt_asked(request, job_id))
 
 
 async def fleet(request: web.Request) -> web.StreamResponse:
@@ -170,6 +179,7 @@ def console_app(
     app.router.add_get("/runs", runs)
     app.router.add_get("/jobs/{job_id}", job)
     app.router.add_get("/jobs/{job_id}/log", job_log)
+    app.router.add_get("/jobs/{job_id}/output", job_output)
     app.router.add_get("/fleet", fleet)
     app.router.add_get("/limits", limits)
     app.router.add_get("/audit", audit)

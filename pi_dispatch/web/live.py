@@ -50,6 +50,24 @@ async def latest_attempt(client: aioredis.Redis, job_id: str, made: int | None =
     return streams[-1] if streams else None
 
 
+async def whole_output(request: web.Request, client: aioredis.Redis, job_id: str, attempt: int) -> web.StreamResponse:
+    """The attempt's output as its worker kept it in the store (masked, capped there), as plain text: what the page
+    keeps only the last 256 KiB of. Read a page of entries at a time, as `pi-dispatch logs` reads it."""
+    stem = record_stem(job_id)
+    response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8", "Cache-Control": "no-store"})
+    await response.prepare(request)
+    last = "-"
+    while entries := await read_entries(client, stem, attempt, last, count=PAGE):
+        for entry in entries:
+            if entry.kind == "text":
+                await response.write(entry.text)
+        last = entries[-1].id
+        if entries[-1].kind == "end" or len(entries) < PAGE:
+            break
+    await response.write_eof()
+    return response
+
+
 async def stream_log(request: web.Request, client: aioredis.Redis, job_id: str, attempt: int) -> web.StreamResponse:
     """The attempt's output from its start (or after Last-Event-ID), then as it comes, until its end."""
     stem = record_stem(job_id)

@@ -92,6 +92,23 @@ async def test_a_jobs_output_streams_from_its_start_and_resumes_after_the_last_e
     assert [event["event"] for event in resumed] == ["end"]
     missing = await browser.get("/jobs/never-ran/log")
     assert missing.status == 404
+    assert 'href="/jobs/gh-live/output?attempt=1"' in page
+    whole = await browser.get("/jobs/gh-live/output", params={"attempt": "1"})
+    assert whole.headers["Content-Type"] == "text/plain; charset=utf-8"  # never markup, and nosniff says so
+    assert await whole.read() == f"line one\n{HOSTILE}\n\x1b[31mred\x1b[0m\n".encode()
+
+
+async def test_the_whole_output_is_read_past_a_page_of_entries(
+    browser: TestClient[Any, Any], client: aioredis.Redis
+) -> None:
+    from pi_dispatch.web.live import PAGE
+
+    history, stem = JobHistory(client, 60_000), record_stem("gh-long")
+    await history.started(stem, 1, {"host": "mini1"})
+    for index in range(PAGE + 3):
+        await history.output(stem, 1, f"{index}\n".encode())
+    whole = await (await browser.get("/jobs/gh-long/output")).text()  # still running: what is there so far
+    assert whole.splitlines() == [str(index) for index in range(PAGE + 3)]
 
 
 async def test_a_job_page_groups_every_hosts_route_answer(browser: TestClient[Any, Any], valkey_url: str) -> None:
