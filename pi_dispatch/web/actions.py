@@ -35,7 +35,7 @@ ASKS: Final = {
     "resume": "Put host {target} back in service.",
     "retry-failed": "Run again every job that failed {since_said}{where}, each routed anew (at most {limit}).",
 }
-ANY_HOST: Final = "any"  # retry-failed's target when no host narrows it
+ANY_HOST: Final = "*"  # retry-failed's target when no host narrows it: never a worker's name
 
 
 def _operator(request: web.Request) -> Session:

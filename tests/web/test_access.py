@@ -117,17 +117,17 @@ async def test_an_operator_retries_the_failed_of_a_window_after_confirming(
             await cancel_job(client, job_id, await queues_for(client, job_id), now=wall_ms, wait_s=1)
     csrf = await log_in(browser, "alice")
     assert 'id="retry-failed"' in await (await browser.get("/runs", params={"since": "2h"})).text()
-    asked = await browser.post("/act/retry-failed/any", data={"csrf": csrf, "since": "2h"})
+    asked = await browser.post("/act/retry-failed/%2A", data={"csrf": csrf, "since": "2h"})
     assert asked.status == 200 and "since 2h" in await asked.text() and await client.llen("bull:pi-jobs:wait") == 0
-    assert (await browser.post("/act/retry-failed/any", data={"csrf": csrf, "since": "yesterday"})).status == 400
+    assert (await browser.post("/act/retry-failed/%2A", data={"csrf": csrf, "since": "yesterday"})).status == 400
     assert (await browser.post("/act/retry-failed/not%20a%20host", data={"csrf": csrf})).status == 400
-    done = await browser.post("/act/retry-failed/any", data={"csrf": csrf, "since": "2h", "confirm": "yes"})
+    done = await browser.post("/act/retry-failed/%2A", data={"csrf": csrf, "since": "2h", "confirm": "yes"})
     assert done.status == 200 and 'id="outcome">2 of 2 queued<' in await done.text()
     assert await client.llen("bull:pi-jobs:wait") == 2
     trail = await read_trail(client, 5)
     assert [(action.what, action.outcome) for action in trail] == [("retry", "queued"), ("retry", "queued")]
     bob = await log_in(browser, "bob")
-    refused = await browser.post("/act/retry-failed/any", data={"csrf": bob, "confirm": "yes"})
+    refused = await browser.post("/act/retry-failed/%2A", data={"csrf": bob, "confirm": "yes"})
     assert refused.status == 403
 
 
