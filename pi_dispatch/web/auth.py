@@ -26,7 +26,7 @@ from typing import Final
 
 from aiohttp import web
 
-from pi_dispatch.config.console_settings import Login
+from pi_dispatch.config.console_settings import ConsoleSettings, Login
 from pi_dispatch.web.render import SESSION, may_act, page
 
 SESSION_COOKIE: Final = "pi_console_session"
@@ -57,6 +57,11 @@ class Access:
     tls: bool
     sessions: dict[str, Session] = field(default_factory=dict)
     failures: deque[float] = field(default_factory=deque)  # when each failed login of the last window was
+
+    @classmethod
+    def of(cls, settings: ConsoleSettings) -> Access:
+        """Who may log in and act, as the console's settings say."""
+        return cls(settings.declared_logins, actions=settings.actions, tls=settings.tls)
 
     def login_refused_for(self, now: float) -> float:
         """Seconds until a token may be tried again: 0, unless LOGIN_FAILURES_MAX failed in the last window."""

@@ -35,7 +35,7 @@ def run(env_file: Path | None) -> int:
 
     require("console", "jinja2")
     settings = load_console_settings(env_file)
-    access = Access(settings.declared_logins, actions=settings.actions, tls=settings.tls)
+    access = Access.of(settings)
     address = (settings.bind, settings.port)
     return asyncio.run(
         serve(store_of(settings), access, *address, inventory=settings.inventory, say=_say, complain=_complain)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
@@ -50,20 +51,27 @@ async def latest_attempt(client: aioredis.Redis, job_id: str, made: int | None =
     return streams[-1] if streams else None
 
 
+async def stored_entries(client: aioredis.Redis, stem: str, attempt: int, after: str = "-") -> AsyncIterator[Entry]:
+    """The attempt's entries already in the store after `after` ("-": from its start), read a page at a time, up
+    to its end entry or the last one there is."""
+    while entries := await read_entries(client, stem, attempt, after, count=PAGE):
+        for entry in entries:
+            yield entry
+            if entry.kind == "end":
+                return
+        if len(entries) < PAGE:
+            return
+        after = entries[-1].id
+
+
 async def whole_output(request: web.Request, client: aioredis.Redis, job_id: str, attempt: int) -> web.StreamResponse:
     """The attempt's output as its worker kept it in the store (masked, capped there), as plain text: what the page
-    keeps only the last 256 KiB of. Read a page of entries at a time, as `pi-dispatch logs` reads it."""
-    stem = record_stem(job_id)
+    keeps only the last 256 KiB of."""
     response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8", "Cache-Control": "no-store"})
     await response.prepare(request)
-    last = "-"
-    while entries := await read_entries(client, stem, attempt, last, count=PAGE):
-        for entry in entries:
-            if entry.kind == "text":
-                await response.write(entry.text)
-        last = entries[-1].id
-        if entries[-1].kind == "end" or len(entries) < PAGE:
-            break
+    async for entry in stored_entries(client, record_stem(job_id), attempt):
+        if entry.kind == "text":
+            await response.write(entry.text)
     await response.write_eof()
     return response
 
@@ -77,15 +85,11 @@ async def stream_log(request: web.Request, client: aioredis.Redis, job_id: str, 
                                            "X-Accel-Buffering": "no"})  # fmt: skip
     await response.prepare(request)
     try:
-        while True:  # what is there already, a page at a time
-            entries = await read_entries(client, stem, attempt, "-" if last == "0-0" else last, count=PAGE)
-            for entry in entries:
-                await response.write(_event(entry))
-                last = entry.id
-                if entry.kind == "end":
-                    return response
-            if len(entries) < PAGE:
-                break
+        async for entry in stored_entries(client, stem, attempt, "-" if last == "0-0" else last):  # what is there
+            await response.write(_event(entry))
+            last = entry.id
+            if entry.kind == "end":
+                return response
         while True:  # then what comes, until the attempt's end
             arrived = await wait_entries(client, stem, attempt, last)
             if not arrived:

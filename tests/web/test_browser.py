@@ -65,6 +65,30 @@ async def shoot(chromium: Any, name: str) -> None:
     assert await asyncio.to_thread(chromium.save_screenshot, str(SCREENSHOTS / f"console-{name}.png"))
 
 
+async def log_in(chromium: Any, url: str, name: str) -> None:
+    """Log in as one of test_access's logins, from the login page a page asked for sends the browser to."""
+    from selenium.webdriver.common.by import By
+
+    await asyncio.to_thread(chromium.get, f"{url}/runs")
+    await until(lambda: chromium.current_url.endswith("/login"), "the login page")
+    field = await asyncio.to_thread(chromium.find_element, By.NAME, "token")
+    await asyncio.to_thread(field.send_keys, TOKENS[name])
+    await asyncio.to_thread(field.submit)
+    await until(lambda: f"{name} (" in chromium.page_source, "the login's name")
+
+
+async def confirmed(chromium: Any, by: str, button: str, shot: str = "") -> None:
+    """Press an action's button, then its confirmation's (its page saved as `shot`, if named), until the outcome."""
+    from selenium.webdriver.common.by import By
+
+    await asyncio.to_thread(chromium.find_element(by, button).click)
+    await until(lambda: bool(chromium.find_elements(By.ID, "confirm")), "the confirmation")
+    if shot:
+        await shoot(chromium, shot)
+    await asyncio.to_thread(chromium.find_element(By.ID, "confirm").click)
+    await until(lambda: bool(chromium.find_elements(By.ID, "outcome")), "the outcome")
+
+
 @pytest.mark.docker
 @pytest.mark.slow
 async def test_a_job_found_by_id_shows_its_containers_lines_live_and_hostile_output_as_text(
@@ -128,14 +152,6 @@ async def test_an_operator_cancels_a_running_job_and_its_container_goes_while_a_
     def containers() -> list[Any]:
         return list(docker_client.containers.list(filters={"label": f"{LABEL_JOB}=gh-cancelled"}))
 
-    async def log_in(url: str, name: str) -> None:
-        await asyncio.to_thread(chromium.get, f"{url}/runs")
-        await until(lambda: chromium.current_url.endswith("/login"), "the login page")
-        field = await asyncio.to_thread(chromium.find_element, By.NAME, "token")
-        await asyncio.to_thread(field.send_keys, TOKENS[name])
-        await asyncio.to_thread(field.submit)
-        await until(lambda: f"{name} (" in chromium.page_source, "the login's name")
-
     env = worker_env(tmp_path, valkey_url, job_image, "mini1", PI_CONCURRENCY="1")
     async with serving(valkey_url, Access(logins(), actions=True, tls=False)) as url, running_worker(settings_of(env)):
         await queue.add("github", forge_job(1, trigger={"demoSleep": 120}), {"jobId": "gh-cancelled", "attempts": 1})
@@ -143,17 +159,13 @@ async def test_an_operator_cancels_a_running_job_and_its_container_goes_while_a_
         while not await asyncio.to_thread(containers):
             assert time.monotonic() < deadline, "its container never ran"
             await asyncio.sleep(0.2)
-        await log_in(url, "bob")  # a reader: the page has no action
+        await log_in(chromium, url, "bob")  # a reader: the page has no action
         await asyncio.to_thread(chromium.get, f"{url}/jobs/gh-cancelled")
         assert await asyncio.to_thread(chromium.find_elements, By.ID, "cancel") == []
         await asyncio.to_thread(chromium.find_element(By.CSS_SELECTOR, "form.who button").click)
-        await log_in(url, "alice")  # an operator
+        await log_in(chromium, url, "alice")  # an operator
         await asyncio.to_thread(chromium.get, f"{url}/jobs/gh-cancelled")
-        await asyncio.to_thread(chromium.find_element(By.ID, "cancel").click)
-        await until(lambda: bool(chromium.find_elements(By.ID, "confirm")), "the confirmation")
-        await shoot(chromium, "confirm")
-        await asyncio.to_thread(chromium.find_element(By.ID, "confirm").click)
-        await until(lambda: bool(chromium.find_elements(By.ID, "outcome")), "the outcome")
+        await confirmed(chromium, By.ID, "cancel", shot="confirm")
         said = await asyncio.to_thread(lambda: chromium.find_element(By.ID, "outcome").text)
         assert said in ("cancelled", "pending"), said
         deadline = time.monotonic() + CEILING_S
@@ -184,19 +196,11 @@ async def test_an_operator_drains_the_host_a_job_routes_to_and_its_route_moves(
     await shared.add("github", {"repo": "acme/web", "secretsProfile": "prod"}, {"jobId": "gh-drained"})
     await shared.close()
     async with serving(valkey_url, Access(logins(), actions=True, tls=False)) as url:
-        await asyncio.to_thread(chromium.get, f"{url}/runs")
-        field = await asyncio.to_thread(chromium.find_element, By.NAME, "token")
-        await asyncio.to_thread(field.send_keys, TOKENS["alice"])
-        await asyncio.to_thread(field.submit)
-        await until(lambda: "alice (" in chromium.page_source, "the login's name")
+        await log_in(chromium, url, "alice")
         before = await route()
         assert before in ("mini1", "mini2", "mini3"), before
         await asyncio.to_thread(chromium.get, f"{url}/fleet")
-        form = f"form[action='/act/drain/{before}'] button"
-        await asyncio.to_thread(chromium.find_element(By.CSS_SELECTOR, form).click)
-        await until(lambda: bool(chromium.find_elements(By.ID, "confirm")), "the confirmation")
-        await asyncio.to_thread(chromium.find_element(By.ID, "confirm").click)
-        await until(lambda: bool(chromium.find_elements(By.ID, "outcome")), "the outcome")
+        await confirmed(chromium, By.CSS_SELECTOR, f"form[action='/act/drain/{before}'] button")
         after = await route()
         await shoot(chromium, "job-routed")
         await asyncio.to_thread(chromium.get, f"{url}/fleet")
