@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis as syncredis
 import redis.asyncio as aioredis
 from hypothesis import settings
 
@@ -47,7 +48,7 @@ def _leaks_found_where_they_are_made() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def valkey_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def suite_valkey_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The suite's Valkey: TEST_VALKEY_URL when given, else a redis-server started for this session."""
     given = os.environ.get("TEST_VALKEY_URL")
     if given:
@@ -62,10 +63,18 @@ def valkey_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture
+def valkey_url(suite_valkey_url: str) -> str:
+    """The suite's Valkey, flushed for this test: a job, row or window an earlier test left would otherwise be taken
+    by this test's worker or counted by its reader (a leftover job once became the last job a status line named)."""
+    with syncredis.Redis.from_url(suite_valkey_url, socket_timeout=10) as connection:
+        connection.flushdb()
+    return suite_valkey_url
+
+
+@pytest.fixture
 async def client(valkey_url: str) -> AsyncIterator[aioredis.Redis]:
-    """A bounded client on a flushed database."""
+    """A bounded client on the suite's store, flushed by valkey_url."""
     connection = connect(valkey_url)
-    await connection.flushdb()
     try:
         yield connection
     finally:

@@ -41,10 +41,8 @@ def test_the_line_says_slots_the_last_job_the_store_and_a_drain() -> None:
 @pytest.mark.docker
 @pytest.mark.redis
 async def test_a_worker_tells_systemd_its_status_each_beat(
-    tmp_path: Path, client: object, valkey_url: str, job_image: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, valkey_url: str, job_image: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # `client` flushes the suite's store first: a job another test left on pi-jobs@mini1 would run here and could
-    # be the last job the line names.
     path = str(tmp_path / "notify")
     monkeypatch.setenv("NOTIFY_SOCKET", path)
     env = worker_env(tmp_path, valkey_url, job_image, "mini1")
