@@ -81,6 +81,10 @@ async def test_a_job_is_found_on_its_queue_in_its_state(client: aioredis.Redis, 
     assert late.state == "delayed" and late.due_ms is not None and late.due_ms > wall_ms() + 50_000
     assert late.attempts_allowed == 1 and not late.finished and late.data["repo"] == "acme/app"
     assert await locate(client, "gh-nothing", QUEUES) == []
+    assert await client.type(bull_key("pi-jobs@mini1", "meta")) == b"hash"  # the queue's own keys are there ...
+    await client.set(bull_key("pi-jobs@mini1", f"{waiting}:lock"), "a-token")
+    for own in ("meta", "events", "wait", "delayed", f"{waiting}:lock"):  # ... and no id finds one as a job
+        assert await locate(client, own, QUEUES) == [], own
     assert candidate_queues([{"name": "mini2"}], ["mini1", None, "../x"]) == [
         "pi-jobs",
         "pi-jobs@mini1",
