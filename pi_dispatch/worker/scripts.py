@@ -157,6 +157,8 @@ async def run_wait_check(
         process = await spawn(script, target, env)
     except OSError:
         return decide_wait(None, failed_to_start=True)
+    except asyncio.CancelledError:  # aborted while it started (a loaded host starts slowly): asyncio killed it
+        return decide_wait(None, aborted=True)
     assert process.stdout is not None and process.stderr is not None
     drains = [asyncio.ensure_future(count(process.stdout)), asyncio.ensure_future(count(process.stderr))]
     try:

@@ -137,13 +137,25 @@ async def test_unusable_targets_are_never_spawned(tmp_path: Path, target: object
     assert not marker.exists()
 
 
-async def test_wait_check_timeout_and_abort(tmp_path: Path) -> None:
+async def test_a_wait_check_past_its_timeout_holds_with_a_retry(tmp_path: Path) -> None:
     slow = script(tmp_path, "c", "sleep 30")
     assert await run_wait_check(slow, "acme/web#7", 0.3) == WaitDecision("hold", True)
+
+
+@pytest.mark.parametrize("when", ["starting", "running"])
+async def test_a_cancelled_wait_check_is_aborted_whether_or_not_its_script_runs_yet(tmp_path: Path, when: str) -> None:
+    """Cancelled while asyncio still starts the child (CI once cancelled one there: the abort raised instead), and
+    once the script runs."""
+    running = tmp_path / "running"
+    slow = script(tmp_path, "c", f"touch {running}; sleep 30")
     task = asyncio.ensure_future(run_wait_check(slow, "acme/web#7", 30))
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0)  # the task's first step: the child forked, its start awaited
+    if when == "running":
+        deadline = time.monotonic() + 60  # a ceiling only a hang reaches
+        while not running.exists() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
     task.cancel()
-    assert await task == WaitDecision("hold", False, aborted=True)
+    assert await asyncio.wait_for(task, 60) == WaitDecision("hold", False, aborted=True)
 
 
 def gone(pid: int) -> bool:
