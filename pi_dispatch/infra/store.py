@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -60,6 +61,17 @@ class FollowingConnection(SentinelManagedConnection):
         if not self.is_connected and self.connection_pool.is_master:
             self.host, self.port = await self.connection_pool.get_master_address()
         await super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
+        _FOLLOWING.add(self)
+
+    def cut(self) -> bool:
+        """Reset the socket as a node that went away would: a command waiting on it fails as a lost connection, and
+        the next connect asks the Sentinels. False when not connected. Reads redis-py's `_writer`, held by
+        tests/infra/test_primarywatch.py."""
+        writer = self._writer
+        if writer is None:
+            return False
+        writer.transport.abort()
+        return True
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -69,6 +81,15 @@ class FollowingConnection(SentinelManagedConnection):
                 raise
             await self.disconnect()
             raise redis_errors.ConnectionError("the primary has no replica in sync (NOREPLICAS)") from error
+
+
+_FOLLOWING: weakref.WeakSet[FollowingConnection] = weakref.WeakSet()  # every one this process has connected
+
+
+def cut_connections_to(address: tuple[str, int]) -> int:
+    """Cut every connection of this process to `address`, a primary the Sentinels have replaced
+    (`infra/primarywatch.py`); how many were cut."""
+    return sum(connection.cut() for connection in list(_FOLLOWING) if (connection.host, connection.port) == address)
 
 
 class FollowingPool(SentinelConnectionPool):

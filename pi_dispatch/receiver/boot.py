@@ -28,6 +28,7 @@ from pi_dispatch.fleet.receivers import REPORT_EVERY_S, ReceiverState, report_re
 from pi_dispatch.fleet.storeview import refuse_an_evicting_store
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog
+from pi_dispatch.infra.primarywatch import primary_watch_loops
 from pi_dispatch.infra.store import StoreAddress, store_of
 from pi_dispatch.infra.supervise import Loop, OnFailure, Supervisor
 from pi_dispatch.infra.valkey import STORE_FAULTS, bounded, describe
@@ -245,6 +246,7 @@ async def serve(
         Loop("spool-replay", receiver.replay, OnFailure.RESTART, "a new drain starts at the oldest spooled"),
         Loop("report", functools.partial(_report, found.store, receiver, name), OnFailure.RESTART,
              "each report stands alone"),
+        *primary_watch_loops(store, log),
     )  # fmt: skip
     fault = await supervisor.until_stopped(stop.event)
     log("receiver_stopping", {"signal": stop.signal} if fault is None else {"reason": fault})

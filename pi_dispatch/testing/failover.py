@@ -55,7 +55,9 @@ async def serve(port: int) -> None:
     from aiohttp import web
 
     from pi_dispatch.fleet.enqueue import Enqueuer, store_router
+    from pi_dispatch.infra.primarywatch import primary_watch_loops
     from pi_dispatch.infra.store import store_from_environ
+    from pi_dispatch.infra.supervise import Supervisor
     from pi_dispatch.receiver.forges.spec import Served
     from pi_dispatch.receiver.rules import Rules
     from pi_dispatch.receiver.server import Receiver, application
@@ -75,6 +77,7 @@ async def serve(port: int) -> None:
     runner = web.ServerRunner(application(receiver, default_limits()), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
+    Supervisor(refusals).start(*primary_watch_loops(store, refusals))  # as `pi-dispatch receiver` runs it
     print("ready", flush=True)
     await asyncio.Event().wait()
 

@@ -32,6 +32,7 @@ from pi_dispatch.fleet.rehome import Rehomer
 from pi_dispatch.fleet.steal import Stealer
 from pi_dispatch.infra.clock import host_zone, wall_ms
 from pi_dispatch.infra.events import EventLog, discard
+from pi_dispatch.infra.primarywatch import primary_watch_loops
 from pi_dispatch.infra.sdnotify import feed_watchdog, notify, watchdog_interval_s
 from pi_dispatch.infra.store import store_of
 from pi_dispatch.infra.supervise import Loop, OnFailure, ProcessFault, Supervisor
@@ -190,6 +191,7 @@ class Worker:
                  "a fresh subscription; the beat reads cancels and drains meanwhile"),
             Loop("log-sweep", self._sweep_forever, OnFailure.RESTART, "the next day's sweep reads the folder again"),
         ]  # fmt: skip
+        loops += primary_watch_loops(parts.store, self.log)
         if (interval := watchdog_interval_s()) is not None:
             feed = partial(feed_watchdog, interval)
             loops.append(Loop("watchdog", feed, OnFailure.STOP, "unfed, systemd kills the worker without a drain"))
