@@ -15,6 +15,7 @@ answers or refuses them.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -28,7 +29,8 @@ from pi_dispatch.infra.valkey import OP_TIMEOUT_S, StoreUnavailable, describe, o
 SWITCH_CHANNEL: Final = "+switch-master"
 LISTEN_POLL_S: Final = 1.0  # how long one wait for a message lasts; a Sentinel that died is noticed at the next
 PING_EVERY_POLLS: Final = 5  # a PING every 5 polls; one unanswered by the next is the Sentinel left for another
-AGAIN_S: Final = 1.0  # when no Sentinel answers, the next round of them starts after this
+AGAIN_S: Final = 1.0  # when no Sentinel answers, the next round of them starts after this, then twice as long ...
+AGAIN_MAX_S: Final = 8.0  # ... up to this: a switch in a Sentinels' outage is missed anyway
 
 
 def primary_watch_loops(store: StoreAddress, log: EventLog) -> list[Loop]:
@@ -54,18 +56,29 @@ class PrimaryWatch:
 
     store: StoreAddress
     log: EventLog
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    _listening: bool = False  # since the last failure, a Sentinel has been listened to
 
     async def run(self) -> None:
-        """Never returns: a Sentinel lost or silent moves the watch to the next, a round of none to a pause first."""
+        """Never returns: a Sentinel lost or silent moves the watch to the next; after a round in which none answers,
+        a pause that doubles up to AGAIN_MAX_S. Said once per outage: the Sentinel lost, then that none answers."""
+        pause, quiet = AGAIN_S, False
         while True:
             for sentinel in self.store.sentinels:
                 try:
                     with outages_named():
                         await self._listen(*sentinel)
                 except StoreUnavailable as error:
-                    self.log("primary_watch_moved", {"sentinel": f"{sentinel[0]}:{sentinel[1]}",
-                                                     "reason": describe(error)})  # fmt: skip
-            await asyncio.sleep(AGAIN_S)
+                    if self._listening:
+                        pause, quiet, self._listening = AGAIN_S, False, False
+                    if not quiet:
+                        self.log("primary_watch_moved", {"sentinel": f"{sentinel[0]}:{sentinel[1]}",
+                                                         "reason": describe(error)})  # fmt: skip
+            if not quiet:
+                self.log("primary_watch_waiting", {"sentinels": len(self.store.sentinels), "againS": pause})
+            quiet = True
+            await self.sleep(pause)
+            pause = min(pause * 2, AGAIN_MAX_S)
 
     async def _listen(self, host: str, port: int) -> None:
         sentinel = aioredis.Redis(
@@ -75,6 +88,7 @@ class PrimaryWatch:
         try:
             async with sentinel.pubsub(ignore_subscribe_messages=True) as pubsub:
                 await pubsub.subscribe(SWITCH_CHANNEL)
+                self._listening = True
                 self.log("primary_watch_listening", {"sentinel": f"{host}:{port}"})
                 polls, awaiting_pong = 0, False
                 while True:

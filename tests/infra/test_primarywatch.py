@@ -13,6 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 
+from pi_dispatch.demo.store import free_port
 from pi_dispatch.infra.events import Recorder
 from pi_dispatch.infra.primarywatch import PrimaryWatch, parse_switch, primary_watch_loops
 from pi_dispatch.infra.store import FollowingConnection, StoreAddress
@@ -28,6 +29,21 @@ def test_a_switch_message_names_the_old_primary_of_this_store_only() -> None:
     for hostile in (b"", b"pi-dispatch 10.0.0.1", b"pi-dispatch a b c d", b"pi-dispatch 1.1.1.1 \xd9\xa3 c d", 7):
         assert parse_switch(hostile, "pi-dispatch") is None
     assert primary_watch_loops(StoreAddress(), print) == []  # a plain store: nothing to watch
+
+
+async def test_with_no_sentinel_answering_the_watch_says_so_once_and_tries_again_less_often() -> None:
+    nowhere = StoreAddress(sentinels=(("127.0.0.1", free_port()), ("127.0.0.1", free_port())))
+    events, pauses = Recorder(), []
+
+    async def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 6:
+            raise asyncio.CancelledError  # six rounds of refused connections are enough
+
+    with pytest.raises(asyncio.CancelledError):
+        await PrimaryWatch(nowhere, events, sleep=pause).run()
+    assert pauses == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+    assert events.names() == ["primary_watch_moved", "primary_watch_moved", "primary_watch_waiting"]
 
 
 @pytest.fixture
