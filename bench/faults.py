@@ -48,12 +48,10 @@ from faultcases import Outcome, disk_full, job_network, one_worker, wrong_policy
 
 from pi_dispatch.core.descriptors import descriptors_needed
 from pi_dispatch.demo.store import free_port
-from pi_dispatch.receiver.auth import hub_signature
+from pi_dispatch.testing.failover import SECRET, TRIGGERS, delivery  # the failover bench's deliveries
 from pi_dispatch.testing.services import RedisServer
 from pi_dispatch.worker.history import read_records
 
-SECRET = b"bench-webhook-secret"
-TRIGGERS = {"triggers": [{"on": {"type": "label", "any": ["pi:fix"]}, "run": {"kind": "github", "flow": "fix"}}]}
 LATENCY_GOAL_S = 1.0
 LEGIT_DELIVERIES = 40
 LEGIT_PACE_S = 0.25
@@ -87,23 +85,6 @@ async def serve(port: int, url: str) -> None:
     await web.TCPSite(runner, "127.0.0.1", port, backlog=4096).start()
     print("ready", flush=True)
     await asyncio.Event().wait()
-
-
-def delivery(number: int) -> bytes:
-    body = json.dumps(
-        {
-            "action": "labeled",
-            "sender": {"id": 1, "login": "bench"},
-            "issue": {"number": number, "title": "t", "body": "b", "labels": [{"name": "pi:fix"}]},
-            "repository": {"full_name": "acme/app"},
-        }
-    ).encode()
-    head = (
-        f"POST / HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        f"X-GitHub-Event: issues\r\nX-GitHub-Delivery: f{number}\r\nConnection: close\r\n"
-        f"X-Hub-Signature-256: {hub_signature(SECRET, body)}\r\n\r\n"
-    )
-    return head.encode() + body
 
 
 async def deliver(port: int, number: int) -> tuple[float, int]:
