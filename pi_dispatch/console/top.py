@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -46,6 +45,7 @@ from pi_dispatch.fleet.registry import InvalidRow, LiveHosts, read_live_hosts
 from pi_dispatch.fleet.rehome import known_host_queues
 from pi_dispatch.fleet.storeview import StoreState, read_store_state
 from pi_dispatch.infra.clock import wall_ms
+from pi_dispatch.infra.signals import STOP_SIGNALS
 from pi_dispatch.infra.valkey import STORE_FAULTS, describe
 
 if TYPE_CHECKING:
@@ -292,7 +292,7 @@ def frame_json(frame: Frame, rehome_after_ms: int) -> dict[str, object]:
 def _keys_that_quit(stop: asyncio.Event) -> Iterator[None]:
     """`q` sets stop (the terminal in cbreak mode, restored on the way out); Ctrl-C and SIGTERM do too."""
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, stop.set)
     fd = sys.stdin.fileno() if sys.stdin.isatty() else None
     saved = None
@@ -316,7 +316,7 @@ def _keys_that_quit(stop: asyncio.Event) -> Iterator[None]:
 
             loop.remove_reader(fd)
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in STOP_SIGNALS:
             loop.remove_signal_handler(signum)
 
 

@@ -288,8 +288,7 @@ def explain_needs(
     for host in hosts:
         stale = js_number(get(host, "staleMs"))
         live = finite(stale) and stale <= fresh_ms
-        stuck, draining, unhealthy = is_stuck(host), is_draining(host), unhealthy_reason(host)
-        caps = set() if stuck or draining or unhealthy else parse_caps(get(host, "caps"))  # serving_caps, read once
+        caps = serving_caps(host)
         lacks = tuple(need for need in needs if need not in caps)
         live_count += live
         capable_count += live and not lacks
@@ -302,9 +301,9 @@ def explain_needs(
                 routes=_routes(host),
                 stale_ms=stale if finite(stale) else None,
                 chosen=chosen is not None and name == chosen,
-                stuck=stuck,
-                draining=draining,
-                unhealthy=unhealthy,
+                stuck=is_stuck(host),
+                draining=is_draining(host),
+                unhealthy=unhealthy_reason(host),
                 abstained=chosen is None,
             )
         )

@@ -3,10 +3,8 @@ and, without it, the same commands named at the end of the demo."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import os
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -16,6 +14,7 @@ from rich.markup import escape
 
 from pi_dispatch.console.output import heading
 from pi_dispatch.demo.store import free_port
+from pi_dispatch.infra.signals import until_stop_signal
 
 if TYPE_CHECKING:
     from aiohttp.web import AppRunner
@@ -53,15 +52,9 @@ async def keep_running(console: Console, url: str, job_id: str | None, inventory
     for command in tools(url, job_id):
         console.print(f"  {escape(command)}", soft_wrap=True, highlight=False)
     console.print(f"Stop it with Ctrl-C here, or `kill -TERM {os.getpid()}`: its workers and its Valkey stop with it.")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signal_number in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signal_number, stop.set)
     try:
-        await stop.wait()
+        await until_stop_signal()
     finally:
-        for signal_number in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signal_number)
         if web_console is not None:
             await web_console.cleanup()
 

@@ -36,6 +36,7 @@ def run(env_file: Path | None) -> int:
     import signal
 
     from pi_dispatch.infra.extras import require
+    from pi_dispatch.infra.signals import STOP_SIGNALS
 
     for module in ("aiohttp", "jwt", "watchdog"):
         require("receiver", module)
@@ -52,7 +53,7 @@ def run(env_file: Path | None) -> int:
     async def until_stopped() -> int:
         stop = Stop()
         loop = asyncio.get_running_loop()
-        for signal_number in (signal.SIGTERM, signal.SIGINT):
+        for signal_number in STOP_SIGNALS:
             loop.add_signal_handler(signal_number, stop.set, signal.Signals(signal_number).name)
         return await serve(config, log, stop, error_log)
 

@@ -9,13 +9,13 @@ connections held open; and a body is at most 64 KiB (`app.py`): the console's fo
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pi_dispatch.core.errors import ExitStatus
+from pi_dispatch.infra.signals import until_stop_signal
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -87,12 +87,8 @@ async def serve(
         f", {len(access.logins)} logins" if access.logins else ", no login asked for"
     )
     say(f"pi-dispatch console on http://{bind}:{port}/ ({mode}; {store.shown()})")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     try:
-        await stop.wait()
+        await until_stop_signal()
     finally:
         await runner.cleanup()
     return ExitStatus.OK

@@ -60,14 +60,9 @@ def group_of(run: Mapping[str, Any], by: str) -> str:
     return value if isinstance(value, str) and value else "-"
 
 
-def _micros(dollars: object, field: str) -> int:
-    value = dollars.get(field) if isinstance(dollars, Mapping) else None
+def _count(value: object) -> int:
+    """A whole number of 0 or more as a record carries it; anything else (a bool, a float, text, below 0) counts 0."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def _tokens(run: Mapping[str, Any]) -> int:
-    tokens = run.get("tokens")
-    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else 0
 
 
 def spend_rows(runs: Sequence[Mapping[str, Any]], by: str) -> list[SpendRow]:
@@ -76,10 +71,11 @@ def spend_rows(runs: Sequence[Mapping[str, Any]], by: str) -> list[SpendRow]:
     for run in runs:
         totals = sums.setdefault(group_of(run, by), [0, 0, 0, 0])
         dollars = run.get("dollars")
+        held = dollars if isinstance(dollars, Mapping) else {}
         totals[0] += 1
-        totals[1] += _micros(dollars, "reservedMicros")
-        totals[2] += _micros(dollars, "settledMicros")
-        totals[3] += _tokens(run)
+        totals[1] += _count(held.get("reservedMicros"))
+        totals[2] += _count(held.get("settledMicros"))
+        totals[3] += _count(run.get("tokens"))
     rows = [SpendRow(group, *totals) for group, totals in sums.items()]
     return sorted(rows, key=lambda row: (-row.settled_micros, -row.runs, row.group))
 

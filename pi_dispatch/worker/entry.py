@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, cast
+
+from pi_dispatch.infra.signals import STOP_SIGNALS
 
 if TYPE_CHECKING:
     from pi_dispatch.config.worker_settings import WorkerSettings
@@ -68,7 +69,7 @@ def run(env_file: Path | None) -> int:
         await refuse_an_evicting(settings)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for signal_number in (signal.SIGTERM, signal.SIGINT):
+        for signal_number in STOP_SIGNALS:
             loop.add_signal_handler(signal_number, stop.set)
         return await serve(settings, log, stop)
 
