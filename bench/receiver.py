@@ -38,6 +38,7 @@ def payload(number: int) -> dict[str, object]:
     return {
         "action": "labeled",
         "sender": {"id": 1, "login": "bench"},
+        "label": {"name": "pi:fix"},
         "issue": {"number": number, "title": f"issue {number}", "body": "b", "labels": [{"name": "pi:fix"}]},
         "repository": {"full_name": "acme/app"},
     }
@@ -66,6 +67,7 @@ async def serve(port: int, url: str) -> None:
     from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, registry_reader
     from pi_dispatch.infra.events import discard
     from pi_dispatch.infra.valkey import connect
+    from pi_dispatch.receiver.forges.authority import stood_in
     from pi_dispatch.receiver.forges.spec import Served
     from pi_dispatch.receiver.rules import Rules
     from pi_dispatch.receiver.server import Receiver, application
@@ -74,7 +76,7 @@ async def serve(port: int, url: str) -> None:
 
     rules = Rules.from_triggers(parse_triggers(json.dumps(TRIGGERS), "bench"))
     enqueuer = Enqueuer(StoreAddress(url), ForgeRouter(registry_reader(connect(url))))
-    receiver = Receiver(rules, enqueuer, discard, {"github": Served(SECRET, identity=999)})
+    receiver = Receiver(rules, enqueuer, discard, {"github": Served(SECRET, identity=999, resolver=stood_in("bench"))})
     runner = web.ServerRunner(application(receiver, default_limits()), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port, backlog=1024).start()

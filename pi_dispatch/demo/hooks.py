@@ -1,8 +1,9 @@
 """The demo's front door: a receiver over real HTTP on 127.0.0.1, and one signed GitHub delivery per example
 trigger, shaped like GitHub's own webhook payloads.
 
-The receiver is the product's (`receiver.Receiver`), serving the example triggers with a demo secret. Only its
-boot identity is stood in (GitHub user 999, instead of asking api.github.com, which a demo must not need).
+The receiver is the product's (`receiver.Receiver`), serving the example triggers with a demo secret. Only what
+it would ask GitHub is stood in (its own user 999, and write access for the demo's sender), since a demo must not
+need api.github.com.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pi_dispatch.config.receiver_settings import ReceiverSettings
 from pi_dispatch.fleet.enqueue import Enqueued, Enqueuer
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.receiver.auth import hub_signature
+from pi_dispatch.receiver.forges.authority import stood_in
 from pi_dispatch.receiver.forges.spec import Served
 from pi_dispatch.receiver.guard import ConnectionLimits
 from pi_dispatch.receiver.rules import Rules
@@ -27,7 +29,7 @@ from pi_dispatch.triggers.file import Trigger
 
 DEMO_SECRET: Final = b"demo-webhook-secret"
 REPO: Final = "acme/app"
-SENDER: Final = {"id": 1, "login": "demo-user"}
+SENDER: Final[dict[str, Any]] = {"id": 1, "login": "demo-user"}
 
 
 @dataclass
@@ -74,7 +76,10 @@ class DemoReceiver:
 
     def __init__(self, triggers: list[Trigger], enqueuer: Enqueuer, log: EventLog) -> None:
         self.receiver = Receiver(
-            Rules.from_triggers(triggers), enqueuer, log, {"github": Served(DEMO_SECRET, identity=999)}
+            Rules.from_triggers(triggers),
+            enqueuer,
+            log,
+            {"github": Served(DEMO_SECRET, identity=999, resolver=stood_in(SENDER["login"]))},
         )
         # the defaults a receiver runs with when its settings leave them alone
         limits = ConnectionLimits.of(ReceiverSettings.model_construct())

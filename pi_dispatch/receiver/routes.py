@@ -20,8 +20,10 @@ DROP_REASONS: Final = (
     "no-allowlisted-label", "no-label-change", "no-trigger-phrase", "no-flow", "missing-pull-request",
     "missing-issue-number", "review-author-not-allowed", "no-review-body", "review-state-not-matched",
     "pr-author-not-allowed", "no-matching-pr-trigger", "close-number-not-matched", "no-matching-close-trigger",
-    "closer-not-allowed", "no-repository",
+    "closer-not-allowed", "no-repository", "sender-not-allowed", "flow-not-allowed",
 )  # fmt: skip
+# The execution fields that hand a job credentials: a comment rule binding one runs only its own flow.
+SECRET_FIELDS: Final = ("secrets", "secretsProfile")
 _WORD: Final = f"[{re.escape(JS_SPACE)}]+([^{re.escape(JS_SPACE)}]+)"
 
 
@@ -94,7 +96,10 @@ def comment_execution(rule: Rule, body: object, known_flows: frozenset[str]) -> 
     if "command" in execution:
         return execution  # the phrase alone fires a command; trailing words change nothing
     word = re.search(re.escape(phrase) + _WORD, body)
-    if word is not None and word.group(1) in known_flows:
+    if word is not None and word.group(1) in known_flows and word.group(1) != execution.get("flow"):
+        if any(key in execution for key in SECRET_FIELDS):
+            # the rule's secrets were granted to its own flow: a comment may not carry them into another one
+            return Drop("flow-not-allowed")
         execution["flow"] = word.group(1)
     if not isinstance(execution.get("flow"), str) or not execution["flow"]:
         return Drop("no-flow")

@@ -51,6 +51,10 @@ def _encoded(pairs: tuple[tuple[str, str], ...]) -> bytes:
 
 
 REPLAY_PAUSE_S: Final = 1.0
+# How long a forge's answer on who may start a job is trusted (a revoked write access lasts at most this long), and
+# how many answers are kept.
+AUTHORITY_KEPT_S: Final = 60.0
+AUTHORITY_KEPT_MAX: Final = 4096
 
 # Refusals worth a log line: a caller without the secret (401), one not allowed (403), a body too slow (408) or too
 # large (413).
@@ -85,9 +89,11 @@ class Receiver:
     clock: Callable[[], float] = time.time
     metrics: ReceiverMetrics | None = None
     spool: Spool | None = None
+    authority_kept_s: float = AUTHORITY_KEPT_S
     store_refusing: bool = False  # the last add, or the spool's last replay, failed: /readyz says so
     _spooling: asyncio.Lock = field(default_factory=asyncio.Lock)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _verdicts: dict[str, tuple[float, object]] = field(default_factory=dict)
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         forge = BY_PATH.get(endpoint_path(request.raw_path), DEFAULT)
@@ -116,7 +122,7 @@ class Receiver:
             rules, own = self.rules.of(forge.name), served.identity
             verdict: object = None  # a gate reads None as "not asked" (where its authority is in the payload)
             lookup = forge.authority
-            if lookup.needed(delivery, rules, own):
+            if lookup.needed(delivery, rules, self.rules.known_flows, own):
                 resolver = served.resolver
                 verdict = await self._ask(
                     resolver, lookup.event, lookup.error, delivery.id, *lookup.subject(delivery.payload)
@@ -135,13 +141,24 @@ class Receiver:
         return answer(500, body)
 
     async def _ask(self, resolver: Resolver | None, event: str, error: str, delivery: object, *args: Any) -> object:
-        """The forge's verdict on the actor; Undecided answers 503 so the forge asks again."""
+        """The forge's verdict on the actor (a determinate one kept for `authority_kept_s`: a burst of one
+        person's deliveries asks once); Undecided answers 503 so the forge asks again."""
         if resolver is None:
             raise Answered(503, {"error": error})
+        key = json.dumps([event, *args], sort_keys=True, default=str)
+        now = self.clock()
+        kept = self._verdicts.get(key)
+        if kept is not None and now - kept[0] < self.authority_kept_s:
+            return kept[1]
         verdict = await resolver(*args)
         if isinstance(verdict, Undecided):
             self.log(event, {"delivery": delivery, "reason": verdict.reason})
             raise Answered(503, {"error": error})
+        if len(self._verdicts) >= AUTHORITY_KEPT_MAX:  # the oldest answers go first: a flood of names stays bounded
+            for stale in list(self._verdicts)[: AUTHORITY_KEPT_MAX // 10]:
+                del self._verdicts[stale]
+        self._verdicts.pop(key, None)
+        self._verdicts[key] = (now, verdict)
         return verdict
 
     async def _place(self, kind: str, found: Mapping[str, Any], delivery: object, **shown_too: Any) -> int:

@@ -58,6 +58,7 @@ async def serve(port: int) -> None:
     from pi_dispatch.infra.primarywatch import primary_watch_loops
     from pi_dispatch.infra.store import store_from_environ
     from pi_dispatch.infra.supervise import Supervisor
+    from pi_dispatch.receiver.forges.authority import stood_in
     from pi_dispatch.receiver.forges.spec import Served
     from pi_dispatch.receiver.rules import Rules
     from pi_dispatch.receiver.server import Receiver, application
@@ -73,7 +74,7 @@ async def serve(port: int) -> None:
     store = store_from_environ()
     rules = Rules.from_triggers(parse_triggers(json.dumps(TRIGGERS), "bench"))
     enqueuer = Enqueuer(store, store_router(store.client()))
-    receiver = Receiver(rules, enqueuer, refusals, {"github": Served(SECRET, identity=999)})
+    receiver = Receiver(rules, enqueuer, refusals, {"github": Served(SECRET, identity=999, resolver=stood_in("bench"))})
     runner = web.ServerRunner(application(receiver, default_limits()), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -87,6 +88,7 @@ def delivery(number: int) -> bytes:
         {
             "action": "labeled",
             "sender": {"id": 1, "login": "bench"},
+            "label": {"name": "pi:fix"},
             "issue": {"number": number, "title": f"issue {number}", "body": "b", "labels": [{"name": "pi:fix"}]},
             "repository": {"full_name": "acme/app"},
         }

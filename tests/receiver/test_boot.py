@@ -39,6 +39,7 @@ def labeled(label: str, number: int = 42) -> dict[str, Any]:
     return {
         "action": "labeled",
         "sender": {"id": 1, "login": "alice"},
+        "label": {"name": label},
         "issue": {"number": number, "title": "T", "body": "B", "labels": [{"name": label}]},
         "repository": {"full_name": "octo/repo"},
     }
@@ -87,8 +88,10 @@ class ReceiverProcess:
 
 @pytest.fixture
 def github_api(forge: FakeForge) -> FakeForge:
-    """The stand-in, answering as api.github.com that the harness is user 999."""
+    """The stand-in, answering as api.github.com that the harness is user 999 and that alice has write on
+    octo/repo."""
     forge.answer("GET", "/user", Reply(200, {"id": 999, "login": "pi-bot"}))
+    forge.answer("GET", "/repos/octo/repo/collaborators/alice/permission", Reply(200, {"permission": "write"}))
     return forge
 
 

@@ -23,7 +23,14 @@ ELSEWHERE = "127.0.0.2"  # another loopback address: another peer to the receive
 
 def labeled(number: int) -> dict[str, Any]:
     issue = {"number": number, "title": "T", "body": "B", "labels": [{"name": "pi"}]}
-    return {"action": "labeled", "sender": {"id": 1}, "issue": issue, "repository": {"full_name": "acme/app"}}
+    added = {"name": "pi"}
+    return {
+        "action": "labeled",
+        "sender": {"id": 1},
+        "label": added,
+        "issue": issue,
+        "repository": {"full_name": "acme/app"},
+    }
 
 
 async def opened(receiver: Served, source: str = "127.0.0.1") -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

@@ -13,7 +13,7 @@ import pytest
 
 from pi_dispatch.fleet.enqueue import Enqueued, Enqueuer, ForgeRouter
 from pi_dispatch.infra.store import StoreAddress
-from pi_dispatch.receiver.forges.github.access import GitHubAuth, GitHubTokens, github_closer
+from pi_dispatch.receiver.forges.github.access import GitHubAuth, GitHubTokens, github_permission
 from pi_dispatch.receiver.forges.http import ForgeClient
 from tests.support.fakeforge import FakeForge, Reply
 from tests.support.receiving import Resolvers, github_headers, queued_jobs, rules_of, served
@@ -41,6 +41,7 @@ def labeled(number: int = 42, sender: int = 1) -> dict[str, Any]:
     return {
         "action": "labeled",
         "sender": {"id": sender, "login": "alice-login"},
+        "label": {"name": "pi:frontend"},
         "issue": {"number": number, "title": "T", "body": "B", "labels": [{"name": "pi:frontend"}]},
         "repository": {"full_name": "octo/repo"},
     }
@@ -203,10 +204,10 @@ def github_api(forge: FakeForge) -> FakeForge:
     return forge
 
 
-def closer_resolvers(forge: FakeForge) -> tuple[Resolvers, ForgeClient]:
+def permission_resolvers(forge: FakeForge) -> tuple[Resolvers, ForgeClient]:
     client = ForgeClient()
     tokens = GitHubTokens(GitHubAuth("pat", True, forge.url, token="operator-token"), client)
-    return Resolvers(github=functools.partial(github_closer, tokens)), client
+    return Resolvers(github=functools.partial(github_permission, tokens)), client
 
 
 PERMISSION = "/repos/octo/repo/collaborators/closer-login/permission"
@@ -218,7 +219,7 @@ def closed(number: int, sender: int = 7) -> dict[str, Any]:
 
 async def test_a_close_asks_github_about_the_closer(valkey_url: str, fresh: None, github_api: FakeForge) -> None:
     closing = rules_of(LABEL, COMMENT, ISSUE_CLOSE)
-    resolvers, forge_client = closer_resolvers(github_api)
+    resolvers, forge_client = permission_resolvers(github_api)
     try:
         github_api.answer("GET", PERMISSION, Reply(200, {"permission": "write"}))
         async with served(valkey_url, closing, resolvers=resolvers) as receiver:
@@ -250,13 +251,12 @@ async def test_a_close_asks_github_about_the_closer(valkey_url: str, fresh: None
 
         before = len(github_api.requests)
         async with served(valkey_url, closing, resolvers=resolvers) as receiver:
-            assert (await receiver.github("issues", labeled(), "c-4"))[0] == 202
-            assert (await receiver.github("issue_comment", commented("@pi"), "c-5"))[0] == 202
             assert (await receiver.github("issues", closed(41), "c-6"))[0] == 204
             assert (await receiver.github("issues", closed(40, 999), "c-7"))[0] == 204
-        assert len(github_api.requests) == before  # none of those asked GitHub anything
+            assert (await receiver.github("issues", labeled() | {"label": {"name": "bug"}}, "c-9"))[0] == 204
+        assert len(github_api.requests) == before  # a delivery no rule would fire for asks GitHub nothing
 
-        async with served(valkey_url, closing) as receiver:  # no resolver wired
+        async with served(valkey_url, closing, resolvers=Resolvers(github=None)) as receiver:  # no resolver wired
             assert await receiver.github("issues", closed(40), "c-8") == (503, {"error": "permission-lookup-failed"})
     finally:
         await forge_client.close()
@@ -374,3 +374,40 @@ async def test_hostile_requests_are_answered_never_crash(valkey_url: str, fresh:
         # an empty signed body is the sender's fault (400): no internal error is logged, none of these is one
         assert receiver.errors.events == []
     assert list(await queued_jobs(valkey_url)) == ["gh-h-10"]
+
+
+SENDER_PERMISSION = "/repos/octo/repo/collaborators/alice-login/permission"
+
+
+async def test_every_delivery_that_would_start_a_job_asks_github_about_its_sender(
+    valkey_url: str, fresh: None, github_api: FakeForge
+) -> None:
+    """Issue 53: an outsider (read access) who reopens their own labelled issue, a read-only COLLABORATOR's comment
+    and an organisation MEMBER's pull request start nothing; the same deliveries from a writer do. A burst from one
+    sender asks GitHub once a minute."""
+    resolvers, forge_client = permission_resolvers(github_api)
+    reopened = labeled(43) | {"action": "reopened"}
+    del reopened["label"]
+    deliveries = [
+        ("issues", reopened),
+        ("issue_comment", commented("@pi", "COLLABORATOR")),
+        ("pull_request", pull_request("opened", "MEMBER")),
+    ]
+    try:
+        github_api.answer("GET", SENDER_PERMISSION, Reply(200, {"permission": "read"}))
+        async with served(valkey_url, RULES, resolvers=resolvers) as receiver:
+            for number, (event, body) in enumerate(deliveries):
+                assert (await receiver.github(event, body, f"o-{number}"))[0] == 204
+            reasons = [fields["reason"] for fields in receiver.events("dropped")]
+        assert reasons == ["sender-not-allowed", "author-not-allowed", "pr-author-not-allowed"]
+        assert len(github_api.asked(SENDER_PERMISSION)) == 3
+        assert await queued_jobs(valkey_url) == {}
+
+        github_api.answer("GET", SENDER_PERMISSION, Reply(200, {"permission": "write"}))
+        async with served(valkey_url, RULES, resolvers=resolvers, authority_kept_s=60.0) as receiver:
+            for number, (event, body) in enumerate(deliveries):
+                assert (await receiver.github(event, body, f"w-{number}"))[0] == 202
+        assert set(await queued_jobs(valkey_url)) == {"gh-w-0", "gh-w-1", "gh-w-2"}
+        assert len(github_api.asked(SENDER_PERMISSION)) == 4  # the three deliveries of one sender asked once
+    finally:
+        await forge_client.close()

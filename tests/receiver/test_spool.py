@@ -98,6 +98,7 @@ def labeled(number: int) -> dict[str, Any]:
     return {
         "action": "labeled",
         "sender": {"id": 1, "login": "alice"},
+        "label": {"name": "pi:fix"},
         "issue": {"number": number, "title": "T", "body": "B", "labels": [{"name": "pi:fix"}]},
         "repository": {"full_name": "octo/repo"},
     }

@@ -24,6 +24,7 @@ LABEL = {"on": {"type": "label", "any": ["pi:fix"]}, "run": {"kind": "github", "
 LABELED = {
     "action": "labeled",
     "sender": {"id": 1, "login": "alice"},
+    "label": {"name": "pi:fix"},
     "issue": {"number": 7, "title": "T", "body": "B", "labels": [{"name": "pi:fix"}]},
     "repository": {"full_name": "octo/repo"},
 }
@@ -35,6 +36,7 @@ async def test_a_receiver_loop_that_fails_is_started_again_and_the_receiver_goes
     loop: str, tmp_path: Path, valkey_url: str, forge: FakeForge, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     forge.answer("GET", "/user", Reply(200, {"id": 999, "login": "pi-bot"}))  # GitHub's answer of who the harness is
+    forge.answer("GET", "/repos/octo/repo/collaborators/alice/permission", Reply(200, {"permission": "write"}))
     (tmp_path / "triggers.json").write_text(json.dumps({"triggers": [LABEL]}))
     port = free_port()
     env = {

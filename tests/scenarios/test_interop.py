@@ -369,7 +369,14 @@ async def test_what_the_receiver_enqueues_runs_on_a_python_and_a_node_worker(
 
     def labeled(label: str, number: int) -> dict[str, Any]:
         issue = {"number": number, "title": "T", "body": "B", "labels": [{"name": label}]}
-        return {"action": "labeled", "sender": {"id": 1}, "issue": issue, "repository": {"full_name": "acme/app"}}
+        added = {"name": label}
+        return {
+            "action": "labeled",
+            "sender": {"id": 1},
+            "label": added,
+            "issue": issue,
+            "repository": {"full_name": "acme/app"},
+        }
 
     resolver = write_script(tmp_path / "resolver", RESOLVER)
     env = worker_env(tmp_path, valkey_url, job_image, "py-mini", PI_SECRET_PROFILES=f"prod:{resolver}")

@@ -71,11 +71,17 @@ class Identities:
     azure: object = None
 
 
+async def everyone_writes(_repository: object, _login: object) -> bool:
+    """GitHub's permission answer for a test that is not about who may start a job: every sender has write."""
+    return True
+
+
 @dataclass
 class Resolvers:
-    """The authority lookup of each forge a test serves that needs one."""
+    """The authority lookup of each forge a test serves that needs one (GitHub's: every sender writes, unless the
+    test wires the real lookup against the stand-in forge)."""
 
-    github: Resolver | None = None
+    github: Resolver | None = everyone_writes
     gitlab: Resolver | None = None
     forgejo: Resolver | None = None
     azure: Resolver | None = None
@@ -123,8 +129,11 @@ async def served(
     limits: ConnectionLimits | None = None,
     capped: Callable[[str, str], None] = lambda _cap, _action: None,
     spool: Spool | None = None,
+    authority_kept_s: float = 0.0,
 ) -> AsyncIterator[Served]:
-    """A Receiver over real HTTP on 127.0.0.1, enqueueing through BullMQ on the test's Valkey."""
+    """A Receiver over real HTTP on 127.0.0.1, enqueueing through BullMQ on the test's Valkey. It asks the forge
+    about every delivery (`authority_kept_s` 0), so a test can change the forge's answer between two; the tests of
+    the keeping set the production default."""
     from pi_dispatch.fleet.enqueue import registry_reader
     from pi_dispatch.infra.valkey import connect
 
@@ -149,6 +158,7 @@ async def served(
         },
         error_log=errors,
         spool=spool,
+        authority_kept_s=authority_kept_s,
     )
     runner = web.ServerRunner(application(receiver, limits or default_limits(), capped), access_log=None)
     await runner.setup()

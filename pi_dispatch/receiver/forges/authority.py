@@ -1,4 +1,5 @@
-"""May this actor start a job? Asked of the forge for every delivery that needs it, never cached.
+"""May this actor start a job? Asked of the forge for every delivery that needs it (the receiver keeps an answer a
+minute).
 
 The answer is `True`/`False` (determinate) or `Undecided(reason)`, which the receiver answers with 503 so the
 forge redelivers. Each forge's own lookup is in its package (`forges/<forge>/access.py`); here is what they share:
@@ -9,6 +10,7 @@ read from an answer. Reasons never hold a login, an email, a token or a response
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -48,3 +50,14 @@ def permission_of(answer: Answer, what: str, statuses: str) -> Authority:
     if not answer.readable or not isinstance(permission, str) or not permission:
         return Undecided(f"{what} answer has no permission")
     return permission in WRITERS
+
+
+def stood_in(*writers: str) -> Callable[[object, object], Awaitable[Authority]]:
+    """A stand-in for a forge's permission answer where there is no forge to ask (the demo, a benchmark's receiver):
+    these logins have write on every repository, nobody else has."""
+    allowed = frozenset(writers)
+
+    async def permission(_repository: object, login: object) -> Authority:
+        return isinstance(login, str) and login in allowed
+
+    return permission

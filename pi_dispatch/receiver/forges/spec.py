@@ -59,8 +59,9 @@ class AuthorityLookup:
     event: str
     error: str
     subject: Callable[[Mapping[str, Any]], tuple[object, ...]]
-    # Whether this delivery needs the verdict at all (GitHub asks only for a close rule's closer); default: always.
-    needed: Callable[[Delivery, ForgeRules, object], bool] = lambda _delivery, _rules, _self_id: True
+    # Whether this delivery needs the verdict at all (GitHub asks only when a rule would fire), given the rules, the
+    # flows a comment may name and the harness's own id; default: always.
+    needed: Callable[[Delivery, ForgeRules, frozenset[str], object], bool] = lambda _d, _rules, _flows, _self: True
 
 
 # verify(request, credential, now_s) -> Delivery, raising Answered for every refusal

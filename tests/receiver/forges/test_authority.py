@@ -8,7 +8,7 @@ from typing import Any
 from pi_dispatch.receiver.forges.authority import Undecided
 from pi_dispatch.receiver.forges.azure.access import AzureArm, AzureVerifier, azure_membership
 from pi_dispatch.receiver.forges.forgejo.access import ForgejoArm, forgejo_permission
-from pi_dispatch.receiver.forges.github.access import GitHubAuth, GitHubTokens, github_closer
+from pi_dispatch.receiver.forges.github.access import GitHubAuth, GitHubTokens, github_permission
 from pi_dispatch.receiver.forges.gitlab.access import GitLabArm, GitLabVerifier, gitlab_access
 from pi_dispatch.receiver.forges.http import ForgeClient
 from tests.support.fakeforge import FakeForge, Reply
@@ -85,19 +85,19 @@ async def test_forgejo_permission(forge: FakeForge, forge_client: ForgeClient) -
     assert len(forge.requests) == before
 
 
-async def test_github_closer(forge: FakeForge, forge_client: ForgeClient) -> None:
+async def test_github_permission(forge: FakeForge, forge_client: ForgeClient) -> None:
     tokens = GitHubTokens(GitHubAuth("pat", True, forge.url, token="tok"), forge_client)
     path = "/repos/octo/repo/collaborators/alice%5Bbot%5D/permission"
     forge.answer("GET", path, Reply(200, {"permission": "admin"}))
-    assert await github_closer(tokens, "octo/repo", "alice[bot]") is True
+    assert await github_permission(tokens, "octo/repo", "alice[bot]") is True
     assert forge.asked(path)[0].headers["accept"] == "application/vnd.github+json"
     for permission in ("read", "none"):
         forge.answer("GET", path, Reply(200, {"permission": permission}))
-        assert await github_closer(tokens, "octo/repo", "alice[bot]") is False
+        assert await github_permission(tokens, "octo/repo", "alice[bot]") is False
     forge.answer("GET", path, Reply(404, {}))
-    assert await github_closer(tokens, "octo/repo", "alice[bot]") is False
+    assert await github_permission(tokens, "octo/repo", "alice[bot]") is False
     forge.answer("GET", path, Reply(500, {}))
-    assert await github_closer(tokens, "octo/repo", "alice[bot]") == Undecided("status-500")
+    assert await github_permission(tokens, "octo/repo", "alice[bot]") == Undecided("status-500")
     before = len(forge.requests)
     for repository, login in (
         ("octo", "a"),
@@ -107,7 +107,7 @@ async def test_github_closer(forge: FakeForge, forge_client: ForgeClient) -> Non
         ("octo/repo", "a?b"),
         ("octo/repo", ""),
     ):
-        assert await github_closer(tokens, repository, login) is False
+        assert await github_permission(tokens, repository, login) is False
     assert len(forge.requests) == before
 
 
@@ -122,7 +122,7 @@ async def test_github_app_tokens_are_narrowed_to_the_repository(forge: FakeForge
     )
     forge.answer("POST", "/app/installations/9/access_tokens", Reply(201, {"token": "ghs_narrow"}))
     forge.answer("GET", "/repos/octo/repo/collaborators/alice/permission", Reply(200, {"permission": "write"}))
-    assert await github_closer(tokens, "octo/repo", "alice") is True
+    assert await github_permission(tokens, "octo/repo", "alice") is True
     minted = forge.asked("/app/installations/9/access_tokens")[0]
     assert minted.body == {"permissions": {"metadata": "read"}, "repositories": ["repo"]}
     import jwt
@@ -131,7 +131,7 @@ async def test_github_app_tokens_are_narrowed_to_the_repository(forge: FakeForge
     assert claims["iss"] == "123" and claims["exp"] - claims["iat"] == 600
     assert forge.asked("/repos/")[0].headers["authorization"] == "Bearer ghs_narrow"
     forge.answer("POST", "/app/installations/9/access_tokens", Reply(401, {}))
-    assert await github_closer(tokens, "octo/repo", "alice") == Undecided("token-mint-failed")
+    assert await github_permission(tokens, "octo/repo", "alice") == Undecided("token-mint-failed")
 
 
 def azure(url: str) -> AzureArm:

@@ -1,5 +1,5 @@
 """GitHub: the default endpoint (every path no other forge claims). Its deliveries (`routes.py`), its tokens, its
-identity and its closer lookups (`access.py`)."""
+identity and its permission lookups (`access.py`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pi_dispatch.receiver.forges.github.routes import (
     _gate,
     gate,
     project,
-    wants_closer_authority,
+    wants_sender_authority,
 )
 from pi_dispatch.receiver.forges.spec import AuthorityLookup, Forge, hub_hint, hub_verify
 
-__all__ = ["PR_ACTIONS", "SPEC", "gate", "project", "wants_closer_authority"]
+__all__ = ["PR_ACTIONS", "SPEC", "gate", "project", "wants_sender_authority"]
 
 SPEC: Final = Forge(
     name="github",
@@ -26,7 +26,7 @@ SPEC: Final = Forge(
         "github_permission_lookup_failed",
         "permission-lookup-failed",
         lambda p: (p["repository"]["full_name"], p["sender"]["login"]),
-        needed=lambda d, rules, self_id: wants_closer_authority(d.event, d.payload, rules, self_id),
+        needed=lambda d, rules, flows, self_id: wants_sender_authority(d.event, d.payload, rules, flows, self_id),
     ),
     gate=_gate,
     arm=arm,

@@ -1,6 +1,6 @@
 """GitHub's access: where its tokens come from (a PAT, the gh CLI's login, or a GitHub App, whose JWT signed with
 the App key mints installation tokens), whether it is served (a GitHub rule, or GITHUB_AUTH_SOURCE set explicitly)
-and its webhook secret, the harness's own user id, and a closer's permission on a repository."""
+and its webhook secret, the harness's own user id, and a sender's permission on a repository."""
 
 from __future__ import annotations
 
@@ -212,8 +212,8 @@ async def github_identity(tokens: GitHubTokens) -> int:
     return id_of(await tokens.client.get(f"{api}/user", github_headers(token)), "GET /user")
 
 
-async def github_closer(tokens: GitHubTokens, repository: object, login: object) -> Authority:
-    """Whether login may close items in repository: write or admin."""
+async def github_permission(tokens: GitHubTokens, repository: object, login: object) -> Authority:
+    """Whether login may start a job on repository (label, comment, review, push or close): write or admin."""
     parts = repository_of(repository)
     if parts is None or not plain_name(login):
         return False
@@ -231,8 +231,8 @@ async def github_closer(tokens: GitHubTokens, repository: object, login: object)
 
 
 async def connect(arm: GitHubAuth, client: ForgeClient, retried: Retried, log: EventLog) -> Served:
-    """Its own user id (retried within the window), and the closer lookups."""
+    """Its own user id (retried within the window), and the senders' permission lookups."""
     tokens = GitHubTokens(arm, client)
     identity = await retried("github", lambda: github_identity(tokens))
     log("self_identity", {"id": identity, "source": arm.source})
-    return Served(arm.secret, identity, functools.partial(github_closer, tokens))
+    return Served(arm.secret, identity, functools.partial(github_permission, tokens))

@@ -1,7 +1,9 @@
 """GitHub: the payload fields a gate may see, the gate, and its spec (`SPEC`): checks, delivery id, authority lookup.
 
-Authority comes from the payload's `author_association` (OWNER, MEMBER, COLLABORATOR), except for a close, where
-the closer's repository permission is looked up first (`wants_closer_authority` says when) and handed in.
+The payload's `author_association` (OWNER, MEMBER, COLLABORATOR) is only a first filter, as in the reference: MEMBER
+is any member of the organisation and COLLABORATOR may be read-only. Every delivery that would start a job has its
+sender's repository permission looked up first (write or admin; `wants_sender_authority` says when) and handed in
+as `authority`; anything but exactly True refuses. A `labeled` event fires only a rule naming the label it added.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ REVIEW_ACTION: Final = "review_submitted"
 LABEL_ACTIONS: Final = ("opened", "labeled", "reopened")
 PR_ACTIONS: Final = ("labeled", "opened", "synchronize", "reopened")
 AUTHOR_GATED: Final = ("opened", "synchronize", "reopened")
+_SENDER_REFUSED: Final = {REVIEW_ACTION: "review-author-not-allowed", "labeled": "sender-not-allowed"}
 
 
 def project(payload: object) -> dict[str, Any]:
@@ -47,6 +50,7 @@ def project(payload: object) -> dict[str, Any]:
         "sender": {"id": get(get(payload, "sender"), "id"), "login": get(get(payload, "sender"), "login")},
         # a comment on a pull request carries issue.pull_request: only whether it is there is kept
         "issue": issue_fields(issue) | {"pull_request": get(issue, "pull_request") not in (None, MISSING)},
+        "label": {"name": get(get(payload, "label"), "name")},  # the label a `labeled` event added
         "comment": {"body": get(comment, "body"), "author_association": get(comment, "author_association")},
         "repository": {"full_name": get(get(payload, "repository"), "full_name")},
     }
@@ -97,12 +101,32 @@ def _close_lookup(event: object, p: Mapping[str, Any], rules: ForgeRules) -> Rul
     return None
 
 
-def wants_closer_authority(event: object, p: Mapping[str, Any], rules: ForgeRules | None, self_id: object) -> bool:
-    """Whether this delivery is a close an armed rule matches, from a sender who is not the harness."""
-    sender = p["sender"]["id"]
-    if rules is None or not is_number(sender) or sender == self_id:
+def wants_sender_authority(
+    event: object, p: Mapping[str, Any], rules: ForgeRules | None, known_flows: frozenset[str], self_id: object
+) -> bool:
+    """Whether this delivery would start a job were its sender allowed: only then is the forge asked (a delivery
+    that matches no rule, or the harness's own, costs no lookup)."""
+    if rules is None:
         return False
-    return isinstance(_close_lookup(event, p, rules), Rule)
+    verdict = gate(event, p, rules, known_flows, self_id=self_id, delivery=None, authority=True)
+    return not isinstance(verdict, Drop)
+
+
+def _label_route(
+    event: object, action: object, p: Mapping[str, Any], rules: ForgeRules, *, delivery: object, authority: object
+) -> Verdict:
+    """An issue label rule: on `labeled`, the first rule naming the label added whose predicate the issue's labels
+    meet; on `opened`/`reopened`, the first whose predicate they meet. Either only from a sender with write."""
+    labels = label_names(p["issue"]["labels"])
+    added = p["label"]["name"] if action == "labeled" else None
+    eligible = rules.label if added is None else tuple(rule for rule in rules.label if names_label(rule, added))
+    rule = first_label_rule(eligible, labels)
+    if rule is None:
+        return Drop("no-allowlisted-label")
+    if authority is not True:
+        return Drop("sender-not-allowed")
+    trigger = trigger_object(event, action, delivery, p["sender"]["id"], label_matched(rule, labels))
+    return job_literal(p["repository"]["full_name"], _issue_target(p["issue"]), rule.execution(), trigger)
 
 
 def _review_drop(review: Mapping[str, Any] | None) -> Drop | None:
@@ -114,16 +138,31 @@ def _review_drop(review: Mapping[str, Any] | None) -> Drop | None:
     return None
 
 
+def names_label(rule: Rule, added: object) -> bool:
+    """Whether a `labeled` event's added label is one the rule fires on: a rule naming labels fires when one of
+    them is applied, never when another label is applied beside it (a triager's unrelated label)."""
+    return not rule.positive or (isinstance(added, str) and (added in rule.any or added in rule.all))
+
+
 def _pr_rule(
-    rules: ForgeRules, action: str, author: object, labels: list[str], review: Mapping[str, Any] | None
+    rules: ForgeRules,
+    action: str,
+    author: object,
+    labels: list[str],
+    review: Mapping[str, Any] | None,
+    *,
+    added: object,
 ) -> tuple[Rule | None, bool]:
     """The first PR rule that fires, and whether one was passed over only for the review's state."""
     state_missed = False
     for rule in rules.pull_request:
         if action not in rule.actions:
             continue
-        # applying a label is the approval, so `labeled` asks only the predicate; every other action the author too
-        if not rule.matches(labels) or (action != "labeled" and not _allowed(author)):
+        # applying a label is the approval, so `labeled` asks the predicate and the label applied; every other
+        # action the author too
+        if not rule.matches(labels):
+            continue
+        if (not names_label(rule, added)) if action == "labeled" else not _allowed(author):
             continue
         if action == REVIEW_ACTION and rule.review_states is not None and review is not None:
             state = review["state"]
@@ -135,7 +174,7 @@ def _pr_rule(
 
 
 def _pull_request_route(
-    event: object, action: str, p: Mapping[str, Any], rules: ForgeRules, delivery: object
+    event: object, action: str, p: Mapping[str, Any], rules: ForgeRules, *, delivery: object, authority: object
 ) -> Verdict:
     pr, review = p.get("pull_request"), p.get("review")
     if pr is None:
@@ -147,8 +186,10 @@ def _pull_request_route(
     author = (
         review["author_association"] if action == REVIEW_ACTION and review is not None else pr["author_association"]
     )
-    rule, state_missed = _pr_rule(rules, action, author, label_names(pr["labels"]), review)
+    rule, state_missed = _pr_rule(rules, action, author, label_names(pr["labels"]), review, added=p["label"]["name"])
     if rule is not None:
+        if authority is not True:  # the sender (labeler, reviewer, pusher) has no write access
+            return Drop(_SENDER_REFUSED.get(action, "pr-author-not-allowed"))
         matched = {"index": rule.index, "type": "pull_request", "action": action}
         extra = {"review": review} if action == REVIEW_ACTION else {}
         trigger = trigger_object(event, p["action"], delivery, p["sender"]["id"], matched, **extra)
@@ -160,11 +201,13 @@ def _pull_request_route(
     return Drop("no-matching-pr-trigger")
 
 
-def _close_route(event: object, p: Mapping[str, Any], rules: ForgeRules, delivery: object, closer: object) -> Verdict:
+def _close_route(
+    event: object, p: Mapping[str, Any], rules: ForgeRules, delivery: object, authority: object
+) -> Verdict:
     found = _close_lookup(event, p, rules)
     if not isinstance(found, Rule):
         return found if isinstance(found, Drop) else Drop("unhandled-event")
-    if closer is not True:
+    if authority is not True:
         return Drop("closer-not-allowed")
     sender, repo = p["sender"]["id"], p["repository"]["full_name"]
     if event == "issues":
@@ -184,9 +227,9 @@ def gate(
     *,
     self_id: object,
     delivery: object,
-    closer: object = MISSING,
+    authority: object = MISSING,
 ) -> Verdict:
-    """A GitHub delivery's job, or why it is dropped. `closer` is the close's resolved authority verdict."""
+    """A GitHub delivery's job, or why it is dropped. `authority` is the sender's resolved permission verdict."""
     sender = p["sender"]["id"]
     if not is_number(sender):
         return Drop("missing-sender-id")
@@ -194,12 +237,7 @@ def gate(
         return Drop("self")
     action, repo = p["action"], p["repository"]["full_name"]
     if event == "issues" and action in LABEL_ACTIONS:
-        labels = label_names(p["issue"]["labels"])
-        rule = first_label_rule(rules.label, labels)
-        if rule is None:
-            return Drop("no-allowlisted-label")
-        trigger = trigger_object(event, action, delivery, sender, label_matched(rule, labels))
-        return job_literal(repo, _issue_target(p["issue"]), rule.execution(), trigger)
+        return _label_route(event, action, p, rules, delivery=delivery, authority=authority)
     if event == "issue_comment" and action == "created":
         comment = p["comment"]
         if not _allowed(comment["author_association"]):
@@ -209,18 +247,20 @@ def gate(
         execution = comment_execution(rules.comment, comment["body"], known_flows)
         if isinstance(execution, Drop):
             return execution
+        if authority is not True:
+            return Drop("author-not-allowed")
         target_type = "pull_request" if p["issue"]["pull_request"] else "issue"
         matched = comment_matched(rules.comment)
         trigger = trigger_object(event, action, delivery, sender, matched, comment=comment)
         return job_literal(repo, _issue_target(p["issue"], target_type), execution, trigger)
     if event == "pull_request" and action in PR_ACTIONS:
-        return _pull_request_route(event, str(action), p, rules, delivery)
+        return _pull_request_route(event, str(action), p, rules, delivery=delivery, authority=authority)
     if event == "pull_request_review" and action == "submitted":
-        return _pull_request_route(event, REVIEW_ACTION, p, rules, delivery)
+        return _pull_request_route(event, REVIEW_ACTION, p, rules, delivery=delivery, authority=authority)
     if event in ("issues", "pull_request") and action == CLOSE_WORD:
-        return _close_route(event, p, rules, delivery, closer)
+        return _close_route(event, p, rules, delivery, authority)
     return Drop("unhandled-event")
 
 
-def _gate(d: Delivery, rules: ForgeRules, flows: frozenset[str], self_id: object, closer: object) -> Verdict:
-    return gate(d.event, d.payload, rules, flows, self_id=self_id, delivery=d.id, closer=closer)
+def _gate(d: Delivery, rules: ForgeRules, flows: frozenset[str], self_id: object, authority: object) -> Verdict:
+    return gate(d.event, d.payload, rules, flows, self_id=self_id, delivery=d.id, authority=authority)
