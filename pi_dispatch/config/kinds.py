@@ -184,6 +184,7 @@ _METRICS = TextForm(pattern=f"|{HOST_PORT}", what="host:port, or empty for none"
 _NETWORK = TextForm(pattern=r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", what="a Docker network name", blank_is_default=True)
 _RUNTIME = TextForm(pattern=RUNTIME_NAME_RE.pattern, what="a Docker runtime name", blank_is_default=True)
 _NAMES = ListForm(item=PROFILE_NAME_RE.pattern, what="profile names")
+_ENV_NAMES = ListForm(item=r"[A-Za-z_][A-Za-z0-9_]{0,127}", what="environment variable names")
 
 Whole = Annotated[int, BeforeValidator(_whole), WholeForm()]
 OptionalWhole = Annotated[int | None, BeforeValidator(_optional_whole), OptionalWholeForm()]
@@ -224,6 +225,7 @@ JobNetwork = Annotated[str | None, matching(_NETWORK), _NETWORK]
 ImageList = Annotated[tuple[str, ...], NoDecode, _items(_IMAGES), _IMAGES]
 JobRuntime = Annotated[str | None, matching(_RUNTIME), _RUNTIME]
 ProfileNames = Annotated[tuple[str, ...], NoDecode, _items(_NAMES), _NAMES]
+EnvNames = Annotated[tuple[str, ...], NoDecode, _items(_ENV_NAMES), _ENV_NAMES]
 ContainerUser = Annotated[str | None, matching(_USER), _USER]
 ListenAddress = Annotated[str, matching(_METRICS), _METRICS]
 

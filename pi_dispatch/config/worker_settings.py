@@ -47,11 +47,10 @@ from pi_dispatch.config.kinds import (
     Zone,
 )
 from pi_dispatch.config.limit_settings import LimitSettings
+from pi_dispatch.config.script_settings import ScriptSettings
 from pi_dispatch.config.sources import HostFacts, MachineDefaults
 from pi_dispatch.core.egress import EGRESS_NETWORK, PROXY_STATE_DIR
-from pi_dispatch.core.jscompat import DAY_MS
 from pi_dispatch.core.rehoming import REHOME_AFTER_MS, REHOME_FLOOR_MS
-from pi_dispatch.core.waits import WAIT_INTERVAL_FLOOR_MS
 from pi_dispatch.infra.store import DEFAULT_PRIMARY_NAME
 from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL
 
@@ -303,31 +302,6 @@ class HostSettings(DeclaredSettings):
         ge=100,
         le=3_600_000,
     )
-    secret_resolve_timeout_ms: WholeMs = unbounded(
-        "PI_SECRET_RESOLVE_TIMEOUT_MS", 10_000, "Per-reference secret resolver timeout."
-    )
-    wait_check_timeout_ms: WholeMs = unbounded("PI_WAIT_CHECK_TIMEOUT_MS", 10_000, "Per-check wait-profile timeout.")
-    wait_interval_ms: WholeMs = unbounded(
-        "PI_WAIT_INTERVAL_MS",
-        60_000,
-        f"Base re-check cadence of a held job; raised to at least {WAIT_INTERVAL_FLOOR_MS}.",
-    )
-    wait_max_ms: WholeMs = unbounded("PI_WAIT_MAX_MS", DAY_MS, "Longest a job may be held by its wait profiles.")
-    wait_after_max_ms: WholeMs = unbounded(
-        "PI_WAIT_AFTER_MAX_MS", 30 * DAY_MS, "Furthest in the future an `after` instant may be."
-    )
-    wait_check_slots: Whole = unbounded(
-        "PI_WAIT_CHECK_SLOTS",
-        1,
-        "Concurrent wait checks; fleet-wide once a name is declared.",
-        "a whole number, 1 or more",
-    )
-    wait_max_checks: Whole = unbounded(
-        "PI_WAIT_MAX_CHECKS", 96, "Checks per held job before wait-expired.", "a whole number, 1 or more"
-    )
-    wait_max_faults: Whole = unbounded(
-        "PI_WAIT_MAX_FAULTS", 5, "Consecutive check faults before wait-unanswerable.", "a whole number, 1 or more"
-    )
     metrics_addr: ListenAddress = setting(
         "PI_METRICS_ADDR",
         "127.0.0.1:10470",
@@ -352,11 +326,6 @@ class HostSettings(DeclaredSettings):
     )
 
     _declared_name: bool = PrivateAttr(False)
-
-    @field_validator("wait_interval_ms")
-    @classmethod
-    def _at_least_the_wait_floor(cls, value: int) -> int:
-        return max(WAIT_INTERVAL_FLOOR_MS, value)
 
     @field_validator("rehome_after_ms")
     @classmethod
@@ -383,8 +352,9 @@ class HostSettings(DeclaredSettings):
         return MachineDefaults(cls, facts)
 
 
-class WorkerSettings(LimitSettings, HostSettings):
-    """The typed configuration a worker runs with, in the order the env file lists it: the host's, then its limits."""
+class WorkerSettings(LimitSettings, HostSettings, ScriptSettings):
+    """The typed configuration a worker runs with, in the order the env file lists it: its scripts', the host's,
+    then its limits."""
 
 
 def load_settings(

@@ -97,6 +97,7 @@ def worker_environment(
         PI_METRICS_ADDR=f"127.0.0.1:{free_port()}",  # the hosts share this machine, so not one default port
         EXAMPLE_SECRETS_DIR=str(state / "secrets"),
         EXAMPLE_FLAGS_DIR=str(state / "flags"),
+        PI_SCRIPT_ENV="EXAMPLE_SECRETS_DIR,EXAMPLE_FLAGS_DIR",  # a script gets only what its host hands it
     )
     if (source := host.triggers_source) is not None:  # its own copy, as the role installs one beside the env file
         env["PI_TRIGGERS_FILE"] = str(shutil.copyfile(source, folder / "triggers.json"))

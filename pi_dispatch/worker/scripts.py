@@ -1,8 +1,9 @@
 """The host's operator scripts, run before a job spends anything: secret resolvers and wait checks.
 
 Both are scripts named by profile, resolved and probed at use time (realpath, regular file,
-an execute bit), run with no shell, stdin closed, the worker's environment, and a timeout that sends
-TERM and then KILL two seconds later. A resolver's output is read by `secrets.py`; a check's
+an execute bit), run with no shell, stdin closed, a closed environment (`script_environment`: the host's basics
+and the variables PI_SCRIPT_ENV names, never the store's credentials), and a timeout that sends TERM and then KILL
+two seconds later. A resolver's output is read by `secrets.py`; a check's
 output is only counted. Nothing here logs or returns a path, a
 reference or a value: refusals carry names and reasons only.
 """
@@ -15,7 +16,7 @@ import os
 import re
 import signal
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -25,6 +26,21 @@ from pi_dispatch.core.reasons import Outcome, Reason, job_result
 from pi_dispatch.core.waits import WaitDecision, decide_wait
 
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
+# What every script gets of the worker's environment: where programs are, a home, the locale and the zone.
+SCRIPT_BASICS: Final = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME")
+DEFAULT_PATH: Final = "/usr/local/bin:/usr/bin:/bin"
+# The store's credentials: never handed to a script, even when PI_SCRIPT_ENV names them.
+STORE_PREFIX: Final = "VALKEY_"
+
+
+def script_environment(passed: Iterable[str] = (), source: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A resolver's or wait check's environment: the basics and the `passed` names the worker has, nothing else
+    (the worker's own environment holds the store's password, the forge's tokens and the provider's keys)."""
+    found = os.environ if source is None else source
+    names = [*SCRIPT_BASICS, *(name for name in passed if not name.startswith(STORE_PREFIX))]
+    closed = {name: found[name] for name in names if name in found}
+    closed.setdefault("PATH", DEFAULT_PATH)
+    return closed
 
 
 def is_argument(value: object, limit: int) -> bool:
@@ -118,7 +134,7 @@ async def spawn(script: Path, argument: str, env: Mapping[str, str] | None) -> a
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env=dict(env) if env is not None else None,
+        env=dict(env) if env is not None else script_environment(),
         start_new_session=True,
     )
 

@@ -38,7 +38,7 @@ from pi_dispatch.fleet.epoch import store_epoch
 from pi_dispatch.fleet.lease import LEASE_OP_TIMEOUT_S, FleetLease, Lease
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.valkey import STORE_FAULTS
-from pi_dispatch.worker.scripts import Refusal, is_argument, run_wait_check, usable_script
+from pi_dispatch.worker.scripts import Refusal, is_argument, run_wait_check, script_environment, usable_script
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -156,7 +156,8 @@ class WaitGate:
             if script is None:
                 decision = decide_wait(None, failed_to_start=True)
             else:
-                decision = await run_wait_check(script, target, self.settings.wait_check_timeout_ms / 1000)
+                timeout_s = self.settings.wait_check_timeout_ms / 1000
+                decision = await run_wait_check(script, target, timeout_s, script_environment(self.settings.script_env))
             if decision.verdict != "go":
                 return decision
         return decision

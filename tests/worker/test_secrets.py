@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pi_dispatch.core.waits import WaitDecision
-from pi_dispatch.worker.scripts import InfraRetry, Refusal, run_wait_check, usable_script
+from pi_dispatch.worker.scripts import InfraRetry, Refusal, run_wait_check, script_environment, usable_script
 from pi_dispatch.worker.secrets import SecretsGate, resolve_reference
 
 
@@ -215,3 +215,26 @@ async def test_the_example_check_goes_on_its_flag(tmp_path: Path) -> None:
     assert (await run_wait_check(check, "acme/app#7", 10, env)).verdict == "go"
     assert (await run_wait_check(check, "acme/app!7", 10, env)).verdict == "go"
     assert (await run_wait_check(check, "not-a-target", 10, env)).verdict == "refuse"
+
+
+async def test_scripts_get_a_closed_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 53 (L6): a resolver or a wait check sees the host's basics and what PI_SCRIPT_ENV names, never the
+    store's password or the worker's other credentials (the reference hands them the worker's whole environment)."""
+    monkeypatch.setenv("VALKEY_PASSWORD", "store-password")
+    monkeypatch.setenv("VALKEY_SENTINEL_PASSWORD", "sentinel-password")
+    monkeypatch.setenv("GITHUB_PAT", "ghp-operator")
+    monkeypatch.setenv("VAULT_TOKEN", "vault-token")
+    printer = script(tmp_path, "r", "env | sort | tr '\\n' ' '")
+    seen = (await resolve_reference(printer, "ref", 5)).value or ""
+    assert "PATH=" in seen
+    assert not {"store-password", "sentinel-password", "ghp-operator", "vault-token"} & set(
+        seen.replace("=", " ").split()
+    )
+    passed = script_environment(("VAULT_TOKEN", "VALKEY_PASSWORD", "NOT_SET_ANYWHERE"))
+    assert passed["VAULT_TOKEN"] == "vault-token" and "VALKEY_PASSWORD" not in passed
+    assert "NOT_SET_ANYWHERE" not in passed
+    seen = (await resolve_reference(printer, "ref", 5, passed)).value or ""
+    assert "VAULT_TOKEN=vault-token" in seen and "store-password" not in seen
+    check = script(tmp_path, "c", '[ -z "$VALKEY_PASSWORD$GITHUB_PAT" ] || exit 1')
+    assert (await run_wait_check(check, "acme/app#7", 5)).verdict == "go"
+    assert script_environment((), {})["PATH"] == "/usr/local/bin:/usr/bin:/bin"  # a script still finds its tools
