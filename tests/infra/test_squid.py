@@ -97,6 +97,14 @@ def test_a_listed_destination_is_tunnelled_to(proxy: int, target: str) -> None:
         ("a.wide.example:8443", "a port only another entry lists"),
         ("inside.example:443", "a listed name that resolves to RFC 1918"),
         ("loop.example:443", "a listed name that resolves to loopback"),
+        ("unspecified6.example:443", "a listed name that resolves to ::, which reaches this host"),
+        ("loop6.example:443", "a listed name that resolves to IPv6 loopback"),
+        ("nat64.example:443", "a listed name that resolves to NAT64's 64:ff9b::/96 (10.0.0.1 inside)"),
+        ("sixtofour.example:443", "a listed name that resolves to 6to4's 2002::/16 (10.0.0.1 inside)"),
+        ("link6.example:443", "a listed name that resolves to IPv6 link-local"),
+        ("ula6.example:443", "a listed name that resolves to a unique local address"),
+        ("discard6.example:443", "a listed name that resolves to the discard prefix"),
+        ("doc6.example:443", "a listed name that resolves to documentation addresses"),
     ],
 )
 def test_anything_else_is_refused_with_403(proxy: int, target: str, why: str) -> None:

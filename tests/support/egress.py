@@ -27,6 +27,14 @@ HOSTS = """
 {denied} denied.example
 10.200.0.1 inside.example
 127.0.0.1 loop.example
+:: unspecified6.example
+::1 loop6.example
+64:ff9b::a00:1 nat64.example
+fe80::1 link6.example
+fd00::1 ula6.example
+2002:a00:1::1 sixtofour.example
+100::1 discard6.example
+2001:db8::1 doc6.example
 """
 ALLOWLIST = """
 # the stand-in's own names
@@ -36,6 +44,14 @@ tls.example
 allowed.example:8443
 inside.example
 loop.example
+unspecified6.example
+loop6.example
+nat64.example
+link6.example
+ula6.example
+sixtofour.example
+discard6.example
+doc6.example
 """
 GREETING = "stand-in"
 # 80 and 8443 answer HTTP; 443 greets whoever connects, so a tunnel to it shows at once that it reached the server
