@@ -65,6 +65,14 @@ def token_day_key(at_ms: int) -> str:
     return f"{BUDGET_PREFIX}:t:{utc_day(at_ms).isoformat()}"
 
 
+def tokens_counted(reported: int | None, verified: bool, token_cap: int, daily_cap: int) -> int:
+    """What a run adds to the day's token counter: what its exit line reported when the worker could verify the
+    line (signed with the key it handed the run); otherwise at least the run's share of the day, the token cap over
+    the day's starts, since a line the job could forge or suppress would let it spend while counting nothing."""
+    said = reported if reported is not None and reported > 0 else 0
+    return said if verified else max(said, -(-token_cap // max(daily_cap, 1)))
+
+
 def hash16(text: str) -> str:
     """The first 16 hex digits of SHA-256 over the UTF-8 text: how a scope is named in keys, never by itself."""
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 from pi_dispatch.core.capabilities import job_needs
 from pi_dispatch.core.egress import PROXY_VARIABLES
 from pi_dispatch.core.egressprofiles import OFFLINE_NETWORK, EgressPlan
-from pi_dispatch.core.exitauth import image_capabilities
+from pi_dispatch.core.exitauth import VERIFIED, image_capabilities
 from pi_dispatch.core.jobbounds import job_refusal
 from pi_dispatch.core.jobs import CONTAINER_VARIABLES, QueuedJob
 from pi_dispatch.core.jscompat import iso_string
@@ -353,7 +353,8 @@ class Attempts:
         began, flow = run
         usage = RunUsage.of(end.stdout_tail, reservation.exit_key)  # telemetry: the exit code decides the outcome
         stopped = end.aborted or end.timed_out or fence.lost.is_set() or job_id in self.cancelled
-        trusted = not stopped and usage.code == end.exit_code  # what its dollars may settle to (`spend.py`)
+        # what its dollars may settle to (`spend.py`): only a line signed with the attempt's key is believed
+        trusted = not stopped and usage.code == end.exit_code and usage.exit_auth == VERIFIED
         self.metrics.used(flow, usage)
         telemetry = usage.telemetry() | await self.limits.settle(job_id, reservation, usage, trusted=trusted, flow=flow)
         try:

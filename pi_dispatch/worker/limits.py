@@ -30,8 +30,10 @@ from pi_dispatch.core.budget import (
     limits_signature,
     scope_ledger,
     scope_slot_prefix,
+    tokens_counted,
 )
 from pi_dispatch.core.errors import ConfigError, Problem
+from pi_dispatch.core.exitauth import VERIFIED
 from pi_dispatch.core.keys import BUDGET_PREFIX
 from pi_dispatch.core.pausewindows import (
     PAUSED_UNTIL,
@@ -315,18 +317,23 @@ class Limits:
         self, job_id: str, holds: Reservation, usage: RunUsage, *, trusted: bool, flow: object
     ) -> dict[str, object]:
         """A run's end counted: its tokens, and its dollars settled. What the record says of them."""
-        await self.count_tokens(job_id, usage.total_tokens)
+        await self.count_tokens(job_id, usage.total_tokens, verified=usage.exit_auth == VERIFIED)
         fields: dict[str, object] = {"budgetReserved": holds.holds(BUDGET_PREFIX)}
         if isinstance(holds, Holds):
             fields["dollars"] = await self.spend.settle(job_id, holds, usage, trusted=trusted, flow=flow)
         return fields
 
-    async def count_tokens(self, job_id: str, total: int | None) -> None:
-        """A run's tokens, into the day's counter when it is capped (never fails the run)."""
-        if self.settings.daily_token_cap is None or not total or total <= 0:
+    async def count_tokens(self, job_id: str, total: int | None, *, verified: bool) -> None:
+        """A run's tokens, into the day's counter when it is capped (never fails the run); a run whose exit line
+        is not verified counts at least its share of the day (`tokens_counted`)."""
+        cap = self.settings.daily_token_cap
+        if cap is None:
+            return
+        counted = tokens_counted(total, verified, cap, self.settings.daily_cap)
+        if not counted:
             return
         try:
-            await add_tokens(self.client, total, self.now())
+            await add_tokens(self.client, counted, self.now())
         except STORE_FAULTS as fault:
             self.log("token_spend_error", {"jobId": job_id, "reason": type(fault).__name__})
 

@@ -191,3 +191,28 @@ async def test_a_hold_a_sigkilled_worker_left_open_is_settled_at_the_floor_when_
 def test_runs_since_refuses_what_is_not_a_time() -> None:
     said = run_cli("runs", "--since", "last tuesday", "--valkey-url", "redis://127.0.0.1:1/0")
     assert said.returncode == 2 and "--since" in said.stderr and "Traceback" not in said.stderr
+
+
+async def test_an_image_without_exit_auth_is_charged_its_hold_and_its_share_of_the_days_tokens(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, job_image: str, queue: Queue, docker_client: Any
+) -> None:
+    """Issue 53 (M3, L1): a job whose image does not sign its exit line says it cost $0 and used 10 tokens: its
+    dollars settle at the floor (the whole hold), and the day's token counter takes its share of the day at least
+    (1,000,000 tokens over 500 starts: 2,000), never what the line claimed."""
+    import io
+
+    unsigned = "pi-dispatch-test-unsigned:latest"
+    dockerfile = f'FROM {job_image}\nLABEL dev.pi-dispatch.capabilities="costCap"\n'
+    await asyncio.to_thread(docker_client.images.build, fileobj=io.BytesIO(dockerfile.encode()), tag=unsigned, rm=True)
+    caps = {"PI_MAX_COST_USD": "1", "PI_DAILY_COST_USD": "100", "PI_DAILY_TOKEN_CAP": "1000000", "PI_DAILY_CAP": "500"}
+    env = worker_env(tmp_path, valkey_url, unsigned, "py1", PI_CONCURRENCY="1", **caps)
+    async with running_worker(settings_of(env)) as one:
+        await add(queue, "claims-nothing", 1, demoUsage=10, demoCost=0)
+        await finished_job(queue, "claims-nothing")
+    said = record(one.logs_dir, "claims-nothing")
+    assert said["outcome"] == "completed" and said["tokens"]["total"] == 10  # what the line said is recorded
+    assert said["dollars"] == {"reservedMicros": USD, "settledMicros": USD, "basis": "floor", "modelBasis": None}
+    assert int(await client.get(window_key(USD_PREFIX, Window.DAY, now_ms())) or 0) == USD
+    from pi_dispatch.core.budget import token_day_key
+
+    assert await client.get(token_day_key(now_ms())) == b"2000"
