@@ -37,14 +37,16 @@ def webconsole(
     Stops on SIGINT or SIGTERM; exit 1 when the port cannot be taken."""
     from pi_dispatch.cli.reads import store_address
     from pi_dispatch.config.console_settings import load_console_settings
+    from pi_dispatch.config.sources import ENVIRONMENT
     from pi_dispatch.infra.extras import require
 
     require("console", "jinja2")  # as the unit's form asks: exit 2 with the line that adds it to this install
     from pi_dispatch.infra.store import store_of
     from pi_dispatch.web.auth import Access
-    from pi_dispatch.web.entry import serve
+    from pi_dispatch.web.entry import refuse_exposure, serve
 
     settings = load_console_settings(env_file)
+    refuse_exposure(settings, bind or settings.bind, "--bind" if bind else str(env_file or ENVIRONMENT))
     if check:
         mode = "actions for operate logins" if settings.actions else "read-only"
         console.print(f"OK: the console would serve {settings.bind}:{settings.port}, {mode}", highlight=False)

@@ -10,6 +10,7 @@ actions too, once PI_CONSOLE_ACTIONS=1). With no login declared, the console ask
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,7 +43,12 @@ LOGIN: Final = r"[a-z][a-z0-9_.-]{0,31}:(?:read|operate):[0-9a-f]{64}"
 _LOGINS = TextForm(pattern=f"|{LOGIN}(?:,{LOGIN}){{0,63}}", what="name:role:sha256 entries separated by commas",
                    secret=True)  # fmt: skip
 _BIND = TextForm(pattern=r"[A-Za-z0-9.:%_\[\]-]{1,255}", what="a listen address such as 127.0.0.1")
+_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+_HOSTS = TextForm(pattern=f"|{_NAME}(?:,{_NAME}){{0,31}}", what="host names separated by commas, or empty")
+_PROXY = TextForm(pattern=r"|[0-9A-Fa-f.:]{2,45}", what="an IP address, or empty")
 Logins = Annotated[str, matching(_LOGINS), _LOGINS]
+HostNames = Annotated[str, matching(_HOSTS), _HOSTS]
+ProxyAddress = Annotated[str, matching(_PROXY), _PROXY]
 BindAddress = Annotated[str, matching(_BIND), _BIND]
 SECRET_FIX: Final = "one line with no control characters; keep it in a vault and the env file 0600"  # noqa: S105
 
@@ -84,6 +90,21 @@ class ConsoleSettings(DeclaredSettings):
         "The console's listen address: 127.0.0.1 (the default) for this host or a TLS proxy in front of it.",
         "an address such as 127.0.0.1 or 0.0.0.0",
     )
+    hosts: HostNames = setting(
+        "PI_CONSOLE_HOSTS",
+        "",
+        "Names a browser reaches the console by (a TLS proxy's), besides localhost and any IP address: a request "
+        "whose Host is another name is answered 421, so a web page cannot read the console through a name of its own "
+        "pointed at this host (DNS rebinding).",
+        "host names separated by commas, such as console.example.org; or empty",
+    )
+    trusted_proxy: ProxyAddress = setting(
+        "PI_CONSOLE_TRUSTED_PROXY",
+        "",
+        "The address of the proxy in front of the console: for its requests, the last X-Forwarded-For address is the "
+        "client whose failed logins are counted (each address is slowed on its own). Empty: the connection's own.",
+        "an IP address such as 127.0.0.1; or empty",
+    )
     port: Whole = setting(
         "PI_CONSOLE_PORT", 10480, "The console's port.", "a whole number from 1 to 65535", ge=1, le=65_535
     )
@@ -119,6 +140,33 @@ class ConsoleSettings(DeclaredSettings):
     @property
     def declared_logins(self) -> tuple[Login, ...]:
         return parse_logins(self.logins)
+
+    @property
+    def served_names(self) -> frozenset[str]:
+        """The host names (lower case) a request's Host may give, beyond localhost and IP addresses."""
+        return frozenset(name.lower() for name in self.hosts.split(",") if name)
+
+    def exposure_problems(self, bind: str, source: str) -> list[Problem]:
+        """Why listening on `bind` would show the fleet to whoever reaches it: beyond loopback with no login."""
+        if is_loopback(bind) or self.declared_logins:
+            return []
+        return [
+            Problem(
+                "PI_CONSOLE_BIND",
+                f"is {bind}, beyond this host, and no login is declared: anyone who reaches it reads the fleet",
+                source,
+                "bind 127.0.0.1 (the default) and reach it through an SSH tunnel, or declare PI_CONSOLE_LOGINS and "
+                "put a TLS proxy in front (PI_CONSOLE_TLS=1)",
+            )
+        ]
+
+
+def is_loopback(bind: str) -> bool:
+    """Whether an address is this host's alone: localhost, 127.0.0.0/8 or ::1."""
+    try:
+        return ipaddress.ip_address(bind.strip("[]")).is_loopback
+    except ValueError:
+        return bind.lower() == "localhost"
 
 
 def load_console_settings(env_file: Path | None = None) -> ConsoleSettings:

@@ -8,6 +8,7 @@ name (`fleet/trail.py`). Only a login of role `operate`, with PI_CONSOLE_ACTIONS
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -38,6 +39,12 @@ ASKS: Final = {
 ANY_HOST: Final = "*"  # retry-failed's target when no host narrows it: never a worker's name
 
 
+def action_path(what: str, target: str) -> str:
+    """Where an action's confirmation posts: the target whole, every character that is not plain encoded (a job id
+    may hold `?`, `#`, `%` or `/`, which the path it came in on holds decoded)."""
+    return f"/act/{what}/{quote(target, safe='')}"
+
+
 def _operator(request: web.Request) -> Session:
     session = request.get(SESSION)
     if not isinstance(session, Session) or not request.app[ACCESS].may_act(session):
@@ -58,7 +65,7 @@ async def act(request: web.Request) -> web.StreamResponse:
         return await _retry_failed(request, session, target, form)
     if form.get("confirm") != "yes":
         context = {"what": what, "target": target, "ask": ASKS[what].format(target=target),
-                   "path": request.path}  # fmt: skip
+                   "path": action_path(what, target)}  # fmt: skip
         return page(request, "confirm.html", context)
     outcome = await _perform(client, request.app[STORE], what, target)  # type: ignore[arg-type]
     await record_action(client, Action(wall_ms(), session.name or "", "console", what, target, outcome))
@@ -77,7 +84,8 @@ async def _retry_failed(request: web.Request, session: Session, target: str, for
     if form.get("confirm") != "yes":
         ask = ASKS["retry-failed"].format(since_said=f"since {since}" if since else "(any time)", limit=RETRY_MAX,
                                           where=f" whose last attempt ran on {host}" if host else "")  # fmt: skip
-        context = {"what": "retry-failed", "target": target, "ask": ask, "path": request.path, "since": since}
+        context = {"what": "retry-failed", "target": target, "ask": ask, "path": action_path("retry-failed", target),
+                   "since": since}  # fmt: skip
         return page(request, "confirm.html", context)
     found = await failed_jobs(client, await queues_for(client, None), since_ms=since_ms, host=host)
     results = []

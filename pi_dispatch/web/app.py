@@ -64,9 +64,15 @@ STATIC: Final = {  # the only files served, by name: nothing is read from a path
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+async def with_security_headers(_request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer's headers as it is sent, a streamed one's (a job's live output, its whole text) included."""
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+
+
 @web.middleware
 async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every answer with the security headers; a store that cannot be read is said on a page, never a traceback."""
+    """A store that cannot be read is said on a page, never a traceback."""
     response: web.StreamResponse
     try:
         response = await handler(request)
@@ -76,8 +82,6 @@ async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = page(request, "unavailable.html", {"title": "Not now", "why": describe(error)}, status=503)
     except ConfigError as error:  # a filter that does not read (`since`)
         response = page(request, "unavailable.html", {"title": "That does not read", "why": str(error)}, status=400)
-    for name, value in SECURITY_HEADERS.items():
-        response.headers.setdefault(name, value)
     return response
 
 
@@ -193,5 +197,6 @@ def console_app(
     async def close(_: web.Application) -> None:
         await client.aclose()
 
+    app.on_response_prepare.append(with_security_headers)
     app.on_cleanup.append(close)
     return app

@@ -4,9 +4,12 @@ With no login declared (PI_CONSOLE_LOGINS empty) the console asks for none and i
 on 127.0.0.1 only (the default). With logins, every page needs a session: a login posts its token, which is hashed
 and compared (in constant time) with each declared SHA-256, and gets a session cookie (HttpOnly, SameSite=Strict,
 Secure behind TLS) naming a session held in this process (a restart logs everyone out). A session carries its
-login's role and a CSRF token. After LOGIN_FAILURES_MAX failed logins in a minute, from anyone, no token is checked
-until that minute has passed (429): a guess costs a minute per ten, whatever the addresses it comes from; sessions
-already open are not touched.
+login's role and a CSRF token. After LOGIN_FAILURES_MAX failed logins in a minute from one address (behind the
+declared proxy, PI_CONSOLE_TRUSTED_PROXY, the client it forwards for), no token from there is checked until that
+minute has passed (429); other addresses, so the operators, are not slowed by it, and open sessions are not touched.
+
+A request whose Host names neither an IP address, localhost nor a name in PI_CONSOLE_HOSTS is answered 421: a page
+of another site whose name an attacker points at this host (DNS rebinding) cannot read the console.
 
 Every POST must come from the console's own pages: a browser's `Sec-Fetch-Site` other than same-origin is refused
 403 (SameSite alone let a form on another port of the same host through in our test), and an action must carry the
@@ -17,12 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -31,8 +36,9 @@ from pi_dispatch.web.render import SESSION, may_act, page
 
 SESSION_COOKIE: Final = "pi_console_session"
 SESSION_S: Final = 12 * 3600
-LOGIN_FAILURES_MAX: Final = 10  # failed logins a minute, from anyone (behind a proxy every address is the proxy's)
+LOGIN_FAILURES_MAX: Final = 10  # failed logins a minute from one client address
 LOGIN_WINDOW_S: Final = 60.0
+ADDRESSES_MAX: Final = 10_000  # client addresses with recent failures kept: the oldest go first
 SESSIONS_MAX: Final = 10_000  # the oldest goes first: logging in again and again cannot grow the process
 OPEN_PATHS: Final = ("/login", "/static/", "/favicon.ico")
 READER: Final = "read"
@@ -55,19 +61,56 @@ class Access:
     logins: tuple[Login, ...]
     actions: bool
     tls: bool
+    hosts: frozenset[str] = frozenset()  # names a Host may give beyond localhost and IP addresses
+    trusted_proxy: str = ""  # the proxy whose X-Forwarded-For names the client
     sessions: dict[str, Session] = field(default_factory=dict)
-    failures: deque[float] = field(default_factory=deque)  # when each failed login of the last window was
+    failures: dict[str, deque[float]] = field(default_factory=dict)  # each address's failed logins of the window
 
     @classmethod
     def of(cls, settings: ConsoleSettings) -> Access:
         """Who may log in and act, as the console's settings say."""
-        return cls(settings.declared_logins, actions=settings.actions, tls=settings.tls)
+        return cls(settings.declared_logins, actions=settings.actions, tls=settings.tls,
+                   hosts=settings.served_names, trusted_proxy=settings.trusted_proxy)  # fmt: skip
 
-    def login_refused_for(self, now: float) -> float:
-        """Seconds until a token may be tried again: 0, unless LOGIN_FAILURES_MAX failed in the last window."""
-        while self.failures and self.failures[0] <= now - LOGIN_WINDOW_S:
-            self.failures.popleft()
-        return self.failures[0] + LOGIN_WINDOW_S - now if len(self.failures) >= LOGIN_FAILURES_MAX else 0.0
+    def client_of(self, request: web.BaseRequest) -> str:
+        """Who is asking: the connection's address, or for the declared proxy the address it last forwarded."""
+        remote = request.remote or ""
+        if self.trusted_proxy and remote == self.trusted_proxy:
+            forwarded = request.headers.get("X-Forwarded-For", "").split(",")[-1].strip()
+            return forwarded[:64] or remote
+        return remote
+
+    def login_refused_for(self, client: str, now: float) -> float:
+        """Seconds until a token from `client` may be tried again: 0, unless LOGIN_FAILURES_MAX of its failed in
+        the last window."""
+        failed = self.failures.get(client)
+        while failed and failed[0] <= now - LOGIN_WINDOW_S:
+            failed.popleft()
+        if failed is not None and not failed:
+            del self.failures[client]
+        return failed[0] + LOGIN_WINDOW_S - now if failed and len(failed) >= LOGIN_FAILURES_MAX else 0.0
+
+    def failed(self, client: str, now: float) -> None:
+        while client not in self.failures and len(self.failures) >= ADDRESSES_MAX:
+            self.failures.pop(next(iter(self.failures)))
+        self.failures.setdefault(client, deque()).append(now)
+
+    def serves(self, host: str | None) -> bool:
+        """Whether a request's Host is one this console answers: none given, localhost, an IP address, or a
+        declared name (any port)."""
+        if not host:
+            return True
+        try:
+            name = urlsplit(f"//{host}").hostname or ""
+        except ValueError:  # not a host[:port] at all
+            return False
+        if name == "localhost" or name in self.hosts:
+            return True
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        return True
 
     def login(self, token: str) -> Login | None:
         """The login this token is, compared with every declared hash in constant time."""
@@ -115,6 +158,8 @@ def same_origin(request: web.Request) -> bool:
 @web.middleware
 async def authenticated(request: web.Request, handler: Handler) -> web.StreamResponse:
     access = request.app[ACCESS]
+    if not access.serves(request.headers.get("Host")):
+        raise web.HTTPMisdirectedRequest(text="refused: this console does not answer to that name")
     if request.method == "POST" and not same_origin(request):
         raise web.HTTPForbidden(text="refused: this request did not come from the console's own pages")
     if request.path.startswith(OPEN_PATHS):
@@ -142,14 +187,14 @@ async def login_page(request: web.Request) -> web.StreamResponse:
 async def log_in(request: web.Request) -> web.StreamResponse:
     access = request.app[ACCESS]
     form = await request.post()
-    now = time.monotonic()
-    if (wait_s := access.login_refused_for(now)) > 0:  # not even checked: guessing is slowed for everyone
+    now, client = time.monotonic(), access.client_of(request)
+    if (wait_s := access.login_refused_for(client, now)) > 0:  # not even checked: this address guesses slowly
         answer = page(request, "login.html", {"failed": True, "wait_s": int(wait_s) + 1}, status=429)
         answer.headers["Retry-After"] = str(int(wait_s) + 1)
         return answer
     login = access.login(str(form.get("token", ""))[:4096])
     if login is None:
-        access.failures.append(now)
+        access.failed(client, now)
         return page(request, "login.html", {"failed": True}, status=401)
     response = web.Response(status=302, headers={"Location": "/runs"})
     access.set_cookie(response, access.open_session(login))

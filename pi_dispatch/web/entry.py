@@ -20,6 +20,7 @@ from pi_dispatch.infra.signals import until_stop_signal
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from pi_dispatch.config.console_settings import ConsoleSettings
     from pi_dispatch.infra.store import StoreAddress
     from pi_dispatch.receiver.guard import ConnectionLimits
     from pi_dispatch.web.auth import Access
@@ -29,17 +30,27 @@ def run(env_file: Path | None) -> int:
     """The unit's start: the settings of `env_file` (or the environment), served until SIGTERM; the exit status.
     A refusal of the settings is raised (exit 2, said by the caller)."""
     from pi_dispatch.config.console_settings import load_console_settings
+    from pi_dispatch.config.sources import ENVIRONMENT
     from pi_dispatch.infra.extras import require
     from pi_dispatch.infra.store import store_of
     from pi_dispatch.web.auth import Access
 
     require("console", "jinja2")
     settings = load_console_settings(env_file)
+    refuse_exposure(settings, settings.bind, str(env_file) if env_file else ENVIRONMENT)
     access = Access.of(settings)
     address = (settings.bind, settings.port)
     return asyncio.run(
         serve(store_of(settings), access, *address, inventory=settings.inventory, say=_say, complain=_complain)
     )
+
+
+def refuse_exposure(settings: ConsoleSettings, bind: str, source: str) -> None:
+    """Raise ConfigError (exit 2) when `bind` would show the fleet to anyone who reaches it (no login declared)."""
+    from pi_dispatch.core.errors import ConfigError
+
+    if problems := settings.exposure_problems(bind, source):
+        raise ConfigError(problems)
 
 
 def _say(line: str) -> None:
@@ -78,6 +89,8 @@ async def serve(
     say: Callable[[str], None], complain: Callable[[str], None],
 ) -> int:  # fmt: skip
     """Serve the console until SIGINT or SIGTERM (exit 0); exit 1 when the port cannot be taken."""
+    from pi_dispatch.config.console_settings import is_loopback
+
     try:
         runner = await start_console(store, access, bind, port, inventory)
     except OSError as error:
@@ -87,6 +100,9 @@ async def serve(
         f", {len(access.logins)} logins" if access.logins else ", no login asked for"
     )
     say(f"pi-dispatch console on http://{bind}:{port}/ ({mode}; {store.shown()})")
+    if access.logins and not access.tls and not is_loopback(bind):
+        complain(f"warning: logins on {bind} over plain HTTP: tokens and session cookies cross the network in the "
+                 "clear; fix: put a TLS proxy in front, bind 127.0.0.1 and set PI_CONSOLE_TLS=1")  # fmt: skip
     try:
         await until_stop_signal()
     finally:

@@ -139,3 +139,57 @@ async def test_guessing_tokens_is_refused_unchecked_after_ten_failures_a_minute(
     slowed = await browser.post("/login", data={"token": TOKENS["alice"]}, allow_redirects=False)
     assert slowed.status == 429 and 0 < int(slowed.headers["Retry-After"]) <= 60  # even a right one, not checked
     assert "try again in" in await slowed.text()
+
+
+@pytest.fixture
+async def behind_proxy(valkey_url: str) -> AsyncIterator[TestClient[Any, Any]]:
+    """The console behind a proxy on 127.0.0.1 (whose X-Forwarded-For names the client), answering console.example."""
+    store = StoreAddress(valkey_url)
+    access = Access(logins(), actions=True, tls=False, hosts=frozenset({"console.example"}), trusted_proxy="127.0.0.1")
+    async with TestClient(TestServer(console_app(store.client(), store, access))) as http:
+        yield http
+
+
+async def test_one_address_guessing_does_not_lock_the_operators_out(behind_proxy: TestClient[Any, Any]) -> None:
+    """Issue 53 (L2): ten bad tokens a minute from one client slow that client alone; an operator elsewhere logs
+    in. The client is the address the declared proxy forwarded last, never one a client put before it."""
+    from pi_dispatch.web.auth import LOGIN_FAILURES_MAX
+
+    attacker = {"X-Forwarded-For": "203.0.113.66"}
+    for _ in range(LOGIN_FAILURES_MAX):
+        assert (await behind_proxy.post("/login", data={"token": "a guess"}, headers=attacker)).status == 401
+    slowed = await behind_proxy.post("/login", data={"token": "a guess"}, headers=attacker)
+    assert slowed.status == 429
+    spoofed = {"X-Forwarded-For": "198.51.100.1, 203.0.113.66"}  # the proxy appends the real one last
+    assert (await behind_proxy.post("/login", data={"token": "a guess"}, headers=spoofed)).status == 429
+    operator = {"X-Forwarded-For": "198.51.100.7"}
+    answer = await behind_proxy.post("/login", data={"token": TOKENS["alice"]}, headers=operator, allow_redirects=False)
+    assert answer.status == 302
+
+
+async def test_a_name_the_console_does_not_answer_to_is_refused_421(behind_proxy: TestClient[Any, Any]) -> None:
+    """Issue 53 (M4): a page of another site whose name resolves here (DNS rebinding) sends its own name as Host."""
+    for host in ("attacker.example", "attacker.example:10480", "console.example.attacker.example", "bad host:x"):
+        answer = await behind_proxy.get("/login", headers={"Host": host}, allow_redirects=False)
+        assert answer.status == 421, host
+        assert answer.headers["X-Frame-Options"] == "DENY"
+    for host in ("console.example", "CONSOLE.example:443", "localhost:10480", "127.0.0.1", "[::1]:10480", "10.1.2.3"):
+        assert (await behind_proxy.get("/login", headers={"Host": host})).status == 200, host
+
+
+async def test_confirming_acts_on_the_exact_job_id(browser: TestClient[Any, Any], client: aioredis.Redis) -> None:
+    """Issue 53 (L3): the confirmation posts to the job id whole; `X?y`, `X#y` and `a%2Fb` were confirmed on `X`
+    or `a/b`."""
+    csrf = await log_in(browser, "alice")
+    for job_id in ("X?y", "X#y", "a%2Fb", "a/b"):
+        from urllib.parse import quote
+
+        asked = await browser.post(f"/act/cancel/{quote(job_id, safe='')}", data={"csrf": csrf})
+        assert asked.status == 200
+        form = (await asked.text()).split('<form action="/act/')[1].split('"')[0]
+        form = "/act/" + form
+        assert form == f"/act/cancel/{quote(job_id, safe='')}", (job_id, form)
+        done = await browser.post(form.replace("&amp;", "&"), data={"csrf": csrf, "confirm": "yes"})
+        assert done.status == 200
+    trail = await read_trail(client, 10)
+    assert sorted(action.target for action in trail) == sorted(["X?y", "X#y", "a%2Fb", "a/b"])

@@ -96,6 +96,9 @@ async def test_a_jobs_output_streams_from_its_start_and_resumes_after_the_last_e
     whole = await browser.get("/jobs/gh-live/output", params={"attempt": "1"})
     assert whole.headers["Content-Type"] == "text/plain; charset=utf-8"  # never markup, and nosniff says so
     assert await whole.read() == f"line one\n{HOSTILE}\n\x1b[31mred\x1b[0m\n".encode()
+    for streamed in (answer, whole):  # issue 53 (L4): a streamed answer carries the headers too
+        assert streamed.headers["Content-Security-Policy"].startswith("default-src 'none'")
+        assert streamed.headers["X-Content-Type-Options"] == "nosniff" and streamed.headers["X-Frame-Options"] == "DENY"
 
 
 async def test_the_whole_output_is_read_past_a_page_of_entries(

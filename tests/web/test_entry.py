@@ -49,3 +49,22 @@ def test_a_refused_env_file_is_exit_2_naming_the_setting(tmp_path: Path) -> None
     said = run_cli_process("console", "--env-file", str(env_file))
     assert said.returncode == 2 and "PI_CONSOLE_PORT" in said.stdout + said.stderr
     assert "Traceback" not in said.stderr
+
+
+@pytest.mark.parametrize("form", ["unit", "command", "check"])
+def test_a_console_beyond_this_host_without_logins_is_refused_exit_2(tmp_path: Path, form: str) -> None:
+    """Issue 53 (M4): PI_CONSOLE_BIND=0.0.0.0 with no login would show the fleet to anyone who reaches it: the unit,
+    the command (its --bind too) and --check all refuse it, naming the setting; loopback still starts."""
+    env_file = tmp_path / "console.env"
+    env_file.write_text("VALKEY_URL=redis://127.0.0.1:6379\nPI_CONSOLE_BIND=0.0.0.0\n")
+    env_file.chmod(0o600)
+    asked = {"unit": ["console", "--env-file", str(env_file)],
+             "command": ["console", "--env-file", str(env_file), "--port", "1"],
+             "check": ["console", "--env-file", str(env_file), "--check"]}[form]  # fmt: skip
+    said = run_cli_process(*asked)
+    assert said.returncode == 2 and "PI_CONSOLE_BIND" in said.stdout + said.stderr, said.stdout + said.stderr
+    assert "Traceback" not in said.stderr
+    env_file.write_text("VALKEY_URL=redis://127.0.0.1:6379\n")
+    overridden = run_cli_process("console", "--env-file", str(env_file), "--bind", "::", "--check")
+    assert overridden.returncode == 2 and "--bind" in overridden.stdout + overridden.stderr
+    assert run_cli_process("console", "--env-file", str(env_file), "--check").returncode == 0
