@@ -69,6 +69,7 @@ async def serve(port: int, url: str) -> None:
     from pi_dispatch.infra.valkey import connect
     from pi_dispatch.receiver.forges.authority import stood_in
     from pi_dispatch.receiver.forges.spec import Served
+    from pi_dispatch.receiver.replay import ReplayGuard
     from pi_dispatch.receiver.rules import Rules
     from pi_dispatch.receiver.server import Receiver, application
     from pi_dispatch.testing.receiving import default_limits
@@ -76,7 +77,8 @@ async def serve(port: int, url: str) -> None:
 
     rules = Rules.from_triggers(parse_triggers(json.dumps(TRIGGERS), "bench"))
     enqueuer = Enqueuer(StoreAddress(url), ForgeRouter(registry_reader(connect(url))))
-    receiver = Receiver(rules, enqueuer, discard, {"github": Served(SECRET, identity=999, resolver=stood_in("bench"))})
+    served = {"github": Served(SECRET, identity=999, resolver=stood_in("bench"))}
+    receiver = Receiver(rules, enqueuer, discard, served, replays=ReplayGuard(connect(url)))  # as production serves
     runner = web.ServerRunner(application(receiver, default_limits()), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port, backlog=1024).start()

@@ -51,6 +51,12 @@ FLEET_EPOCH: Final = "fleet:epoch"
 RECEIVERS: Final = "fleet:receivers"
 
 
+def delivery_seen_key(digest: str) -> str:
+    """This port's: a signed delivery's signature (its SHA-256) the receiver has seen, holding the first delivery
+    id it came with, for the deduplication window (`receiver/replay.py`)."""
+    return f"recv:seen:{digest}"
+
+
 def host_row_key(worker_name: str) -> str:
     """The hash holding one host's self-description."""
     return f"{HOST_ROW_PREFIX}{worker_name}"

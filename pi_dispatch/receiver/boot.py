@@ -39,6 +39,7 @@ from pi_dispatch.receiver.forges.identity import with_retry
 from pi_dispatch.receiver.forges.spec import Retried, Served
 from pi_dispatch.receiver.guard import ConnectionLimits, raise_descriptor_limit
 from pi_dispatch.receiver.metrics import ReceiverMetrics
+from pi_dispatch.receiver.replay import ReplayGuard
 from pi_dispatch.receiver.rules import Rules
 from pi_dispatch.receiver.server import Receiver, application
 from pi_dispatch.receiver.spool import MB, Spool
@@ -160,7 +161,9 @@ def _receiver(
     config: ReceiverConfig, found: _Found, log: EventLog, error_log: EventLog, metrics: ReceiverMetrics | None
 ) -> Receiver:
     assert found.enqueuer is not None
-    return Receiver(config.rules, found.enqueuer, log, found.served, error_log=error_log, metrics=metrics)
+    replays = ReplayGuard(found.store) if found.store is not None else None
+    return Receiver(config.rules, found.enqueuer, log, found.served, error_log=error_log, metrics=metrics,
+                    replays=replays)  # fmt: skip
 
 
 def _limits(config: ReceiverConfig, log: EventLog) -> ConnectionLimits:

@@ -20,7 +20,7 @@ DROP_REASONS: Final = (
     "no-allowlisted-label", "no-label-change", "no-trigger-phrase", "no-flow", "missing-pull-request",
     "missing-issue-number", "review-author-not-allowed", "no-review-body", "review-state-not-matched",
     "pr-author-not-allowed", "no-matching-pr-trigger", "close-number-not-matched", "no-matching-close-trigger",
-    "closer-not-allowed", "no-repository", "sender-not-allowed", "flow-not-allowed",
+    "closer-not-allowed", "no-repository", "sender-not-allowed", "flow-not-allowed", "event-shape-mismatch",
 )  # fmt: skip
 # The execution fields that hand a job credentials: a comment rule binding one runs only its own flow.
 SECRET_FIELDS: Final = ("secrets", "secretsProfile")
@@ -45,6 +45,18 @@ def refuse_null(payload: object) -> None:
     """JSON null answers 400, as in the reference, where reading a field of it throws; any other value projects."""
     if payload is None:
         raise TypeError("a delivery body must not be null")
+
+
+def carried(payload: object, *names: str) -> list[str]:
+    """Which of these top-level objects the payload holds: what its (unsigned) event name must agree with."""
+    return [name for name in names if isinstance(get(payload, name), dict)]
+
+
+def shape_refused(event: object, carries: Sequence[str], foreign: Mapping[str, frozenset[str]]) -> Drop | None:
+    """A body sent under an event name whose payloads never hold one of its objects (a signed `pull_request`
+    body replayed as `issues`): the signature covers the body, not the name, so the name is checked against it."""
+    found = foreign.get(event) if isinstance(event, str) else None
+    return Drop("event-shape-mismatch") if found is not None and found.intersection(carries) else None
 
 
 def named(value: object, key: str = "name") -> list[dict[str, object]]:

@@ -31,9 +31,10 @@ from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.valkey import describe, is_store_fault
 from pi_dispatch.receiver.forges import registered
 from pi_dispatch.receiver.forges.authority import Undecided
-from pi_dispatch.receiver.forges.spec import JSON_TYPE, Answered, Forge, Resolver, Served
+from pi_dispatch.receiver.forges.spec import JSON_TYPE, Answered, Delivery, Forge, Resolver, Served
 from pi_dispatch.receiver.guard import ConnectionLimits, GuardedServer
 from pi_dispatch.receiver.metrics import ReceiverMetrics
+from pi_dispatch.receiver.replay import ReplayGuard
 from pi_dispatch.receiver.routes import Drop
 from pi_dispatch.receiver.rules import Rules
 from pi_dispatch.receiver.spool import Entry, Spool, SpoolFull
@@ -89,6 +90,7 @@ class Receiver:
     clock: Callable[[], float] = time.time
     metrics: ReceiverMetrics | None = None
     spool: Spool | None = None
+    replays: ReplayGuard | None = None  # None: signed bodies are not remembered (a receiver without a store client)
     authority_kept_s: float = AUTHORITY_KEPT_S
     store_refusing: bool = False  # the last add, or the spool's last replay, failed: /readyz says so
     _spooling: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -119,6 +121,8 @@ class Receiver:
         hint = forge.delivery_hint(request.headers)
         try:
             delivery = await forge.verify(request, served.credential, self.clock())
+            if await self._seen_before(forge.name, delivery):
+                return answer(202, {"status": "deduplicated"})
             rules, own = self.rules.of(forge.name), served.identity
             verdict: object = None  # a gate reads None as "not asked" (where its authority is in the payload)
             lookup = forge.authority
@@ -135,6 +139,20 @@ class Receiver:
             return self._internal(
                 forge.internal_event, forge.internal_fields(hint, error), {"error": forge.internal_error}
             )
+
+    async def _seen_before(self, forge: str, delivery: Delivery) -> bool:
+        """Whether this signed body was delivered in the window under another id (`receiver/replay.py`); a store
+        that cannot say lets it through: the job's own deduplication still holds, and the spool keeps it."""
+        if self.replays is None or not delivery.signature:
+            return False
+        try:
+            replayed = await self.replays.replayed(forge, delivery.signature, delivery.id)
+        except (RedisError, OSError) as error:
+            self.log("replay_check_skipped", {"delivery": delivery.id, "reason": describe(error)})
+            return False
+        if replayed:
+            self.log("delivery_replayed", {"forge": forge, "delivery": delivery.id})
+        return replayed
 
     def _internal(self, event: str, fields: Mapping[str, Any], body: Mapping[str, Any]) -> web.Response:
         (self.error_log or self.log)(event, fields)

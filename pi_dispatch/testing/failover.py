@@ -60,6 +60,7 @@ async def serve(port: int) -> None:
     from pi_dispatch.infra.supervise import Supervisor
     from pi_dispatch.receiver.forges.authority import stood_in
     from pi_dispatch.receiver.forges.spec import Served
+    from pi_dispatch.receiver.replay import ReplayGuard
     from pi_dispatch.receiver.rules import Rules
     from pi_dispatch.receiver.server import Receiver, application
     from pi_dispatch.testing.receiving import default_limits
@@ -74,7 +75,8 @@ async def serve(port: int) -> None:
     store = store_from_environ()
     rules = Rules.from_triggers(parse_triggers(json.dumps(TRIGGERS), "bench"))
     enqueuer = Enqueuer(store, store_router(store.client()))
-    receiver = Receiver(rules, enqueuer, refusals, {"github": Served(SECRET, identity=999, resolver=stood_in("bench"))})
+    served = {"github": Served(SECRET, identity=999, resolver=stood_in("bench"))}
+    receiver = Receiver(rules, enqueuer, refusals, served, replays=ReplayGuard(store.client()))  # as production
     runner = web.ServerRunner(application(receiver, default_limits()), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()

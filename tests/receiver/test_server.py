@@ -37,9 +37,12 @@ ISSUE_CLOSE = {
 RULES = rules_of(LABEL, COMMENT, OPENED, REVIEW)
 
 
-def labeled(number: int = 42, sender: int = 1) -> dict[str, Any]:
+def labeled(number: int = 42, sender: int = 1, edition: int = 0) -> dict[str, Any]:
+    """A label delivery; each `edition` is another body (GitHub's bodies differ delivery to delivery: its
+    `updated_at` and more), so the receiver does not take it for a replay of the first."""
     return {
         "action": "labeled",
+        "edition": edition,
         "sender": {"id": sender, "login": "alice-login"},
         "label": {"name": "pi:frontend"},
         "issue": {"number": number, "title": "T", "body": "B", "labels": [{"name": "pi:frontend"}]},
@@ -186,7 +189,7 @@ async def test_replicas_fan_out_and_a_failed_add_answers_503(valkey_url: str, fr
     assert {"gh-d-10-r1"} == {key for key in await queued_jobs(valkey_url) if key.startswith("gh-d-10")}
     dead = Enqueuer(StoreAddress("redis://127.0.0.1:1"), ForgeRouter(no_hosts), add_timeout_s=2)
     async with served(valkey_url, RULES, enqueuer=dead) as receiver:
-        assert await receiver.github("issues", labeled(), "d-11") == (503, {"error": "enqueue-failed"})
+        assert await receiver.github("issues", labeled(44), "d-11") == (503, {"error": "enqueue-failed"})
 
 
 async def test_when_github_is_not_served(valkey_url: str) -> None:
@@ -213,8 +216,8 @@ def permission_resolvers(forge: FakeForge) -> tuple[Resolvers, ForgeClient]:
 PERMISSION = "/repos/octo/repo/collaborators/closer-login/permission"
 
 
-def closed(number: int, sender: int = 7) -> dict[str, Any]:
-    return labeled(number, sender) | {"action": "closed", "sender": {"id": sender, "login": "closer-login"}}
+def closed(number: int, sender: int = 7, edition: int = 0) -> dict[str, Any]:
+    return labeled(number, sender, edition) | {"action": "closed", "sender": {"id": sender, "login": "closer-login"}}
 
 
 async def test_a_close_asks_github_about_the_closer(valkey_url: str, fresh: None, github_api: FakeForge) -> None:
@@ -241,12 +244,15 @@ async def test_a_close_asks_github_about_the_closer(valkey_url: str, fresh: None
 
         github_api.answer("GET", PERMISSION, Reply(200, {"permission": "read"}))
         async with served(valkey_url, closing, resolvers=resolvers) as receiver:
-            assert (await receiver.github("issues", closed(40), "c-2"))[0] == 204
+            assert (await receiver.github("issues", closed(40, edition=2), "c-2"))[0] == 204
             assert receiver.events("dropped")[-1]["reason"] == "closer-not-allowed"
 
         github_api.answer("GET", PERMISSION, Reply(502, {"message": "bad gateway"}))
         async with served(valkey_url, closing, resolvers=resolvers) as receiver:
-            assert await receiver.github("issues", closed(40), "c-3") == (503, {"error": "permission-lookup-failed"})
+            assert await receiver.github("issues", closed(40, edition=3), "c-3") == (
+                503,
+                {"error": "permission-lookup-failed"},
+            )
             assert receiver.events("github_permission_lookup_failed") == [{"delivery": "c-3", "reason": "status-502"}]
 
         before = len(github_api.requests)
@@ -257,7 +263,10 @@ async def test_a_close_asks_github_about_the_closer(valkey_url: str, fresh: None
         assert len(github_api.requests) == before  # a delivery no rule would fire for asks GitHub nothing
 
         async with served(valkey_url, closing, resolvers=Resolvers(github=None)) as receiver:  # no resolver wired
-            assert await receiver.github("issues", closed(40), "c-8") == (503, {"error": "permission-lookup-failed"})
+            assert await receiver.github("issues", closed(40, edition=8), "c-8") == (
+                503,
+                {"error": "permission-lookup-failed"},
+            )
     finally:
         await forge_client.close()
 
@@ -266,7 +275,7 @@ async def test_two_deliveries_in_the_window_answer_queued_then_deduplicated(valk
     async with served(valkey_url, RULES) as receiver:
         assert await receiver.github("issues", labeled(), "w-1") == (202, {"status": "queued"})
         assert await receiver.github("issues", labeled(), "w-1") == (202, {"status": "queued"})  # a redelivery
-        assert await receiver.github("issues", labeled(), "w-2") == (202, {"status": "deduplicated"})
+        assert await receiver.github("issues", labeled(edition=2), "w-2") == (202, {"status": "deduplicated"})
         assert receiver.events("deduplicated") == [
             {
                 "delivery": "w-2",
@@ -405,9 +414,39 @@ async def test_every_delivery_that_would_start_a_job_asks_github_about_its_sende
 
         github_api.answer("GET", SENDER_PERMISSION, Reply(200, {"permission": "write"}))
         async with served(valkey_url, RULES, resolvers=resolvers, authority_kept_s=60.0) as receiver:
-            for number, (event, body) in enumerate(deliveries):
-                assert (await receiver.github(event, body, f"w-{number}"))[0] == 202
+            for number, (event, body) in enumerate(deliveries):  # another delivery each, not a body sent again
+                assert (await receiver.github(event, body | {"edition": 1}, f"w-{number}"))[0] == 202
         assert set(await queued_jobs(valkey_url)) == {"gh-w-0", "gh-w-1", "gh-w-2"}
         assert len(github_api.asked(SENDER_PERMISSION)) == 4  # the three deliveries of one sender asked once
     finally:
         await forge_client.close()
+
+
+async def test_a_signed_body_sent_again_under_a_new_delivery_id_starts_nothing(valkey_url: str, fresh: None) -> None:
+    """Issue 53 (L5): GitHub signs the body, not the delivery id: a captured delivery sent again with another id,
+    after its job has gone, is answered as deduplicated and starts nothing; GitHub's own redelivery of the same
+    id (after a 503) is served as before. Another event name for the body is refused by its shape."""
+    from pi_dispatch.core.keys import bull_key
+
+    async with served(valkey_url, RULES) as receiver:
+        assert await receiver.github("issues", labeled(), "first-id") == (202, {"status": "queued"})
+        await receiver.receiver.enqueuer.queues["pi-jobs"].remove("gh-first-id")  # its run over: the job is gone
+        assert await receiver.github("issues", labeled(), "captured-id") == (202, {"status": "deduplicated"})
+        assert receiver.events("delivery_replayed") == [{"forge": "github", "delivery": "captured-id"}]
+        assert await receiver.github("issues", labeled(), "first-id") == (202, {"status": "queued"})  # a redelivery
+        other = labeled(43) | {"comment": {"body": "@pi", "author_association": "OWNER"}}
+        assert (await receiver.github("issues", other, "shaped-id"))[0] == 204
+        assert receiver.events("dropped")[-1] == {"delivery": "shaped-id", "reason": "event-shape-mismatch"}
+    jobs = await queued_jobs(valkey_url)
+    assert set(jobs) == {"gh-first-id"} and "captured" not in json.dumps(jobs)
+    assert await fresh_client_keys(valkey_url, bull_key("pi-jobs", "*captured*")) == []
+
+
+async def fresh_client_keys(valkey_url: str, pattern: str) -> list[bytes]:
+    from pi_dispatch.infra.valkey import connect
+
+    store = connect(valkey_url)
+    try:
+        return [key async for key in store.scan_iter(match=pattern)]
+    finally:
+        await store.aclose()

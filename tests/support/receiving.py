@@ -136,6 +136,7 @@ async def served(
     the keeping set the production default."""
     from pi_dispatch.fleet.enqueue import registry_reader
     from pi_dispatch.infra.valkey import connect
+    from pi_dispatch.receiver.replay import ReplayGuard
 
     log, errors = Recorder(), Recorder()
     store = connect(valkey_url)
@@ -158,6 +159,7 @@ async def served(
         },
         error_log=errors,
         spool=spool,
+        replays=ReplayGuard(store),
         authority_kept_s=authority_kept_s,
     )
     runner = web.ServerRunner(application(receiver, limits or default_limits(), capped), access_log=None)

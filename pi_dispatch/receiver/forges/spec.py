@@ -50,6 +50,7 @@ class Delivery:
     payload: dict[str, Any]
     event: str
     id: str
+    signature: str = ""  # a signature over the body alone (GitHub's, Forgejo's): what a replay repeats
 
 
 @dataclass(frozen=True)
@@ -233,7 +234,7 @@ async def hub_delivery(
         raise Answered(400, {"error": "empty body"})
     if not hub_signature_valid(secret, body, signature):
         raise Answered(401, {"error": "invalid signature"})
-    return Delivery(parsed(body, project, {"error": "invalid-json"}), event, delivery)
+    return Delivery(parsed(body, project, {"error": "invalid-json"}), event, delivery, signature)
 
 
 def hub_verify(project: Callable[[object], dict[str, Any]]) -> Verify:

@@ -456,7 +456,7 @@ def test_a_projection_keeps_only_the_subset() -> None:
     body = payload("labeled", issue=issue(["pi:frontend"]), extra={"token": "x"})
     body["sender"]["email"] = "alice@example.com"
     projected = forge_github.project(body)
-    assert set(projected) == {"action", "sender", "issue", "label", "comment", "repository"}
+    assert set(projected) == {"action", "sender", "issue", "label", "comment", "repository", "carries"}
     assert projected["sender"] == {"id": 7, "login": "alice"}
     job = gate("issues", body)
     assert "alice" not in str(job) and "example.com" not in str(job)

@@ -176,9 +176,12 @@ async def test_forgejo(valkey_url: str, forge: FakeForge, forge_client: ForgeCli
         assert (await receiver.post("/forgejo", body, forgejo_headers(body, GITHUB_SECRET)))[0] == 401
         assert (await receiver.post("/", body, forgejo_headers(body)))[0] == 401  # GitHub's secret differs
         forge.answer("GET", PERMISSION, Reply(200, {"permission": "read"}))
+        # another delivery is another body (the same one under a new id would be a replay: test_server.py)
+        body = json.dumps(forgejo_delivery() | {"number": 4}).encode()
         assert (await receiver.post("/forgejo", body, forgejo_headers(body, delivery="g2")))[0] == 204
         assert receiver.events("dropped")[-1]["reason"] == "author-not-allowed"
         forge.answer("GET", PERMISSION, Reply(403, {"message": "forbidden"}))
+        body = json.dumps(forgejo_delivery() | {"number": 5}).encode()
         assert (await receiver.post("/forgejo", body, forgejo_headers(body, delivery="g3")))[:2] == (
             503,
             {"error": "permission-lookup-failed"},

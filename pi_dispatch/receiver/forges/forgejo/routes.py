@@ -17,6 +17,7 @@ from pi_dispatch.receiver.routes import (
     Drop,
     Job,
     Verdict,
+    carried,
     close_matched,
     close_rule,
     comment_execution,
@@ -27,6 +28,7 @@ from pi_dispatch.receiver.routes import (
     label_matched,
     pull_request_fields,
     refuse_null,
+    shape_refused,
     trigger_object,
 )
 from pi_dispatch.receiver.rules import ForgeRules, Rule, label_names
@@ -46,6 +48,14 @@ NOT_ACTIONABLE: Final = frozenset(
 )  # fmt: skip
 
 
+# The objects each event's payload never holds: a signed body sent again under another event's name.
+FOREIGN: Final = {
+    "issues": frozenset({"comment", "pull_request"}),
+    "issue_comment": frozenset({"pull_request"}),
+    "pull_request": frozenset({"comment"}),
+}
+
+
 def map_action(event: object, action: object) -> str | None:
     """Forgejo's word as the routes read it, or None when the event has no such action."""
     words = ACTION_MAP.get(event) if isinstance(event, str) else None
@@ -63,6 +73,7 @@ def project(payload: object) -> dict[str, Any]:
         "comment": {"body": get(get(payload, "comment"), "body")},
         "isPull": get(payload, "is_pull") is True,
         "repository": {"full_name": get(get(payload, "repository"), "full_name")},
+        "carries": carried(payload, "comment", "pull_request"),
     }
     if truthy(pr):
         projected["pull_request"] = pull_request_fields(pr)
@@ -170,6 +181,8 @@ def gate(
         return Drop("missing-sender-id")
     if sender == self_id:
         return Drop("self")
+    if (mismatch := shape_refused(event, p["carries"], FOREIGN)) is not None:
+        return mismatch
     if authorized is not True:
         return Drop("author-not-allowed")
     routes = _Routes(event, p, rules, known_flows, delivery)

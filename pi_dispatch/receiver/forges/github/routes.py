@@ -16,6 +16,7 @@ from pi_dispatch.receiver.forges.spec import Delivery
 from pi_dispatch.receiver.routes import (
     Drop,
     Verdict,
+    carried,
     close_matched,
     close_rule,
     comment_execution,
@@ -26,6 +27,7 @@ from pi_dispatch.receiver.routes import (
     label_matched,
     pull_request_fields,
     refuse_null,
+    shape_refused,
     trigger_object,
 )
 from pi_dispatch.receiver.rules import ForgeRules, Rule, label_names
@@ -36,6 +38,14 @@ REVIEW_ACTION: Final = "review_submitted"
 LABEL_ACTIONS: Final = ("opened", "labeled", "reopened")
 PR_ACTIONS: Final = ("labeled", "opened", "synchronize", "reopened")
 AUTHOR_GATED: Final = ("opened", "synchronize", "reopened")
+# The objects each event's payload never holds (GitHub's webhook reference): a body under another event's name.
+FOREIGN: Final = {
+    "issues": frozenset({"comment", "pull_request", "review"}),
+    "issue_comment": frozenset({"pull_request", "review"}),
+    "pull_request": frozenset({"comment", "review", "issue"}),
+    "pull_request_review": frozenset({"comment", "issue"}),
+}
+FOREIGN_OBJECTS: Final = ("issue", "comment", "pull_request", "review")
 _SENDER_REFUSED: Final = {REVIEW_ACTION: "review-author-not-allowed", "labeled": "sender-not-allowed"}
 
 
@@ -53,6 +63,7 @@ def project(payload: object) -> dict[str, Any]:
         "label": {"name": get(get(payload, "label"), "name")},  # the label a `labeled` event added
         "comment": {"body": get(comment, "body"), "author_association": get(comment, "author_association")},
         "repository": {"full_name": get(get(payload, "repository"), "full_name")},
+        "carries": carried(payload, *FOREIGN_OBJECTS),
     }
     if truthy(pr):
         projected["pull_request"] = pull_request_fields(pr, "author_association")
@@ -127,6 +138,27 @@ def _label_route(
         return Drop("sender-not-allowed")
     trigger = trigger_object(event, action, delivery, p["sender"]["id"], label_matched(rule, labels))
     return job_literal(p["repository"]["full_name"], _issue_target(p["issue"]), rule.execution(), trigger)
+
+
+def _comment_route(
+    p: Mapping[str, Any], rules: ForgeRules, known_flows: frozenset[str], *, delivery: object, authority: object
+) -> Verdict:
+    """A comment's rule: its author's association first (no lookup for an outsider), then the phrase and the flow
+    it names, then the author's write access."""
+    comment = p["comment"]
+    if not _allowed(comment["author_association"]):
+        return Drop("author-not-allowed")
+    if rules.comment is None:
+        return Drop("no-trigger-phrase")
+    execution = comment_execution(rules.comment, comment["body"], known_flows)
+    if isinstance(execution, Drop):
+        return execution
+    if authority is not True:
+        return Drop("author-not-allowed")
+    target_type = "pull_request" if p["issue"]["pull_request"] else "issue"
+    matched = comment_matched(rules.comment)
+    trigger = trigger_object("issue_comment", p["action"], delivery, p["sender"]["id"], matched, comment=comment)
+    return job_literal(p["repository"]["full_name"], _issue_target(p["issue"], target_type), execution, trigger)
 
 
 def _review_drop(review: Mapping[str, Any] | None) -> Drop | None:
@@ -235,24 +267,13 @@ def gate(
         return Drop("missing-sender-id")
     if sender == self_id:
         return Drop("self")
-    action, repo = p["action"], p["repository"]["full_name"]
+    if (mismatch := shape_refused(event, p["carries"], FOREIGN)) is not None:
+        return mismatch
+    action = p["action"]
     if event == "issues" and action in LABEL_ACTIONS:
         return _label_route(event, action, p, rules, delivery=delivery, authority=authority)
     if event == "issue_comment" and action == "created":
-        comment = p["comment"]
-        if not _allowed(comment["author_association"]):
-            return Drop("author-not-allowed")
-        if rules.comment is None:
-            return Drop("no-trigger-phrase")
-        execution = comment_execution(rules.comment, comment["body"], known_flows)
-        if isinstance(execution, Drop):
-            return execution
-        if authority is not True:
-            return Drop("author-not-allowed")
-        target_type = "pull_request" if p["issue"]["pull_request"] else "issue"
-        matched = comment_matched(rules.comment)
-        trigger = trigger_object(event, action, delivery, sender, matched, comment=comment)
-        return job_literal(repo, _issue_target(p["issue"], target_type), execution, trigger)
+        return _comment_route(p, rules, known_flows, delivery=delivery, authority=authority)
     if event == "pull_request" and action in PR_ACTIONS:
         return _pull_request_route(event, str(action), p, rules, delivery=delivery, authority=authority)
     if event == "pull_request_review" and action == "submitted":
