@@ -28,6 +28,7 @@ from pi_dispatch.core.runusage import StdoutTail
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.valkey import STORE_FAULTS
 from pi_dispatch.worker.attachstream import following, hand_over
+from pi_dispatch.worker.jobspec import network_hardening
 from pi_dispatch.worker.outcomes import ContainerEnd, DockerUnavailable, ImageMissing
 
 if TYPE_CHECKING:
@@ -220,6 +221,7 @@ class ContainerRuntime:
             read_only=spec.read_only,
             tmpfs={"/tmp": "rw,nosuid,nodev,size=256m"} if spec.read_only else None,  # noqa: S108 - in the container
             **({"user": spec.user} if spec.user else {}) | ({"runtime": spec.runtime} if spec.runtime else {}),
+            **network_hardening(spec),
             volumes={
                 str(spec.job_dir): {"bind": "/job", "mode": "ro"},
                 **({str(spec.resolver): {"bind": "/etc/resolv.conf", "mode": "ro"}} if spec.resolver else {}),

@@ -11,13 +11,16 @@ from the host's side. Rules are rejected, not dropped, so a job that tries fails
 
 Applied by `pi-dispatch job-network` as root (the role runs it from a oneshot unit each time Docker starts);
 idempotent: what is there is checked (`iptables -C`) and only what is missing is inserted. IPv4 only: the network
-is made without IPv6, so a job has no IPv6 route to be filtered.
+is made without IPv6, and each job's container with IPv6 off (`jobspec.IPV6_OFF`: Docker 20.10 gave containers an
+IPv6 link-local address all the same), so a job has no IPv6 route to be filtered.
 
 With egress on (`core/egress.py`), jobs run on the egress network instead: `--internal` (Docker gives it no way
 out), inter-container traffic off, and rules that leave one way out, the proxy on the bridge's gateway; every other
 connection to the host or past it is refused at once (a reset for TCP, unreachable for the rest; Docker's own
 isolation drops, and a job would hang on it). Its jobs get a resolver that is not there (`NO_RESOLVER`), so a name
-lookup fails at once and carries nothing out: the proxy resolves names, the job never does.
+lookup fails at once and carries nothing out: the proxy resolves names, the job never does. Docker's own resolver
+(127.0.0.11) is still in the job's namespace; its upstream is set to the job's loopback (`jobspec.NO_UPSTREAM`), so
+a lookup asked of it goes nowhere either.
 """
 
 from __future__ import annotations

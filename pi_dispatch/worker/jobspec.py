@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.core.jobs import QueuedJob
 from pi_dispatch.worker.egressgate import EgressWay
@@ -95,3 +95,22 @@ def container_spec(
         runtime=launch.runtime,
         stdin_key=launch.exit_key,
     )
+
+
+# Job networks are IPv4 only, filtered as IPv4: a job gets no IPv6 at all (Docker 20.10, Debian 12's, gives every
+# container an IPv6 link-local address, which nothing filters). Not under runsc: gVisor keeps its own sysctls.
+IPV6_OFF: Final = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+# An egress job's upstream for Docker's embedded resolver (127.0.0.11): its own loopback, where nothing listens, so
+# a name asked of the embedded resolver goes nowhere (CVE-2024-29018: affected daemons forwarded an internal
+# network's lookups out through the host, a channel past the proxy).
+NO_UPSTREAM: Final = ["127.0.0.1"]
+
+
+def network_hardening(spec: ContainerSpec) -> dict[str, Any]:
+    """The create's options that close a job's ways out beside its network's rules."""
+    options: dict[str, Any] = {}
+    if spec.runtime is None and spec.network != "host":
+        options["sysctls"] = IPV6_OFF
+    if spec.resolver is not None:
+        options["dns"] = NO_UPSTREAM
+    return options

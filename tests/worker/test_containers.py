@@ -258,3 +258,31 @@ async def test_an_exit_auth_image_is_handed_its_key_on_stdin_and_signs_its_line_
         assert usage.usage is not None and usage.usage["models"][0]["model"] == "demo-1"
     else:
         assert usage.tokens is None and RunUsage.of(end.stdout_tail).total_tokens == 1000  # there, but not believed
+
+
+@pytest.mark.docker
+async def test_a_job_has_no_ipv6_and_an_egress_job_gives_dockers_resolver_no_upstream(
+    tmp_path: Path, job_image: str, runtime: ContainerRuntime, docker_client: Any
+) -> None:
+    """Issue 53 (M6, L7): a job's container is made with IPv6 off (Docker 20.10, Debian 12's, gives it a link-local
+    address nothing filters), and an egress job's with its own loopback as the embedded resolver's upstream, where
+    nothing answers (an affected daemon forwarded an internal network's lookups out, past the proxy)."""
+    from pi_dispatch.worker.jobnetwork import NO_RESOLVER
+    from pi_dispatch.worker.jobspec import IPV6_OFF, NO_UPSTREAM
+
+    resolver = tmp_path / "resolv.conf"
+    resolver.write_text(NO_RESOLVER)
+    spec = spec_for(tmp_path, job_image, {"demoSleep": 5}, resolver=resolver, network="bridge")
+    running = asyncio.ensure_future(runtime.run(spec, output=None, stop=StopRequest()))
+    found: list[Any] = []
+    for _ in range(100):
+        found = docker_client.containers.list(filters={"label": f"{LABEL_HOST}=containers-test"})
+        if found:
+            break
+        await asyncio.sleep(0.1)
+    assert found, "the job's container never ran"
+    host_config = found[0].attrs["HostConfig"]
+    assert host_config["Sysctls"] == IPV6_OFF and host_config["Dns"] == NO_UPSTREAM
+    seen = found[0].exec_run(["sh", "-c", "cat /proc/sys/net/ipv6/conf/*/disable_ipv6 | sort -u; ip -6 addr"])
+    assert seen.output.decode().split() == ["1"], seen.output  # every interface's IPv6 off, no IPv6 address
+    await running
