@@ -26,7 +26,7 @@ from pi_dispatch.cli.receiver import init, receiver_app
 from pi_dispatch.cli.rollout import rollout_app
 from pi_dispatch.cli.steer import cancel, drain, resume, retry
 from pi_dispatch.cli.webconsole import webconsole
-from pi_dispatch.cli.worker import egress_proxy, job_network, runtime_reap, worker
+from pi_dispatch.cli.worker import docker_proxy, egress_proxy, job_network, runtime_reap, worker
 from pi_dispatch.core.errors import ConfigError, ExitStatus, PiDispatchError
 
 app = typer.Typer(
@@ -62,6 +62,7 @@ app.command()(worker)
 app.command("job-network")(job_network)
 app.command("egress-proxy")(egress_proxy)
 app.command("runtime-reap")(runtime_reap)
+app.command("docker-proxy")(docker_proxy)
 app.add_typer(receiver_app, name="receiver")
 app.add_typer(rollout_app, name="rollout")
 app.command("init")(init)
@@ -99,6 +100,7 @@ EXAMPLES: Final = {
     ("job-network",): "pi-dispatch job-network --deny 203.0.113.7 --check",
     ("egress-proxy",): "pi-dispatch egress-proxy --env-file /etc/pi-dispatch/worker.env --check",
     ("runtime-reap",): "pi-dispatch runtime-reap",
+    ("docker-proxy",): "pi-dispatch docker-proxy --socket /run/pi-dispatch-docker/docker.sock --jobs-dir /srv/jobs",
     ("receiver", "serve"): "pi-dispatch receiver serve --env-file /etc/pi-dispatch/receiver.env",
     ("receiver", "check"): "pi-dispatch receiver check --env-file /etc/pi-dispatch/receiver.env --json",
     ("rollout", "in-flight"): "pi-dispatch rollout in-flight -i inventory.example/ --host mini1",

@@ -1,7 +1,8 @@
 """`pi-dispatch worker`: this host's worker, until SIGTERM (its run is `worker/entry.py`); `pi-dispatch job-network`:
 the network its jobs join, kept off the host and the LAN (`worker/jobnetwork.py`); `pi-dispatch egress-proxy`: the
 proxy that is their one way out when egress is on (`worker/egressproxy.py`); `pi-dispatch runtime-reap`: what a
-failed runsc start left behind (`worker/runtimereap.py`)."""
+failed runsc start left behind (`worker/runtimereap.py`); `pi-dispatch docker-proxy`: the only way its worker reaches
+Docker, when the role puts one in front (`infra/dockerproxy.py`)."""
 
 from __future__ import annotations
 
@@ -188,3 +189,37 @@ def _docker_or_exit(what: str) -> Any:
     except docker.errors.DockerException as error:
         console.print(f"{what}: the Docker daemon does not answer ({type(error).__name__})", highlight=False)
         raise typer.Exit(1) from None
+
+
+def docker_proxy(
+    socket_path: Annotated[Path, typer.Option("--socket", help="Where the worker reaches Docker through it.")],
+    jobs_dir: Annotated[Path, typer.Option(help="The worker's jobs folder (PI_JOBS_DIR): the one bind source.")],
+    group: Annotated[str | None, typer.Option(help="The worker's group, which may use the socket.")] = None,
+    docker_socket: Annotated[Path, typer.Option("--docker", help="The daemon's own socket.")] = Path(
+        "/var/run/docker.sock"
+    ),
+) -> None:
+    """Serve the worker's Docker socket proxy until SIGTERM (as its unit runs it): the calls a worker makes and no
+    others, a container create judged on its parsed body (no privilege, capability, host namespace, device, seccomp
+    or apparmor change, and binds only under the jobs folder, links followed). Exit 2 when the jobs folder or the
+    group is not there."""
+    import asyncio
+    import grp
+
+    from pi_dispatch.core.dockerjudge import CreateJudge
+    from pi_dispatch.core.errors import ConfigError, Problem
+    from pi_dispatch.infra.dockerproxy import DockerProxy, resolver, run_proxy
+    from pi_dispatch.infra.events import json_lines
+
+    problems = []
+    jobs = resolver(str(jobs_dir))
+    if jobs is None or not jobs_dir.is_absolute():
+        problems.append(Problem("--jobs-dir", "is not a folder on this host", "the command line", "PI_JOBS_DIR's"))
+    try:
+        gid = grp.getgrnam(group).gr_gid if group else None
+    except KeyError:
+        problems.append(Problem("--group", "names no group here", "the command line", "the worker's user's group"))
+    if problems:
+        raise ConfigError(problems)
+    proxy = DockerProxy(CreateJudge(jobs or "", resolver), str(docker_socket), json_lines(None))
+    asyncio.run(run_proxy(proxy, str(socket_path), gid))

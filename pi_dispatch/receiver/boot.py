@@ -162,8 +162,9 @@ def _receiver(
 ) -> Receiver:
     assert found.enqueuer is not None
     replays = ReplayGuard(found.store) if found.store is not None else None
-    return Receiver(config.rules, found.enqueuer, log, found.served, error_log=error_log, metrics=metrics,
-                    replays=replays)  # fmt: skip
+    return Receiver(
+        config.rules, found.enqueuer, log, found.served, error_log=error_log, metrics=metrics, replays=replays
+    )
 
 
 def _limits(config: ReceiverConfig, log: EventLog) -> ConnectionLimits:

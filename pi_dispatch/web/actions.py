@@ -64,8 +64,12 @@ async def act(request: web.Request) -> web.StreamResponse:
     if what == "retry-failed":
         return await _retry_failed(request, session, target, form)
     if form.get("confirm") != "yes":
-        context = {"what": what, "target": target, "ask": ASKS[what].format(target=target),
-                   "path": action_path(what, target)}  # fmt: skip
+        context = {
+            "what": what,
+            "target": target,
+            "ask": ASKS[what].format(target=target),
+            "path": action_path(what, target),
+        }
         return page(request, "confirm.html", context)
     outcome = await _perform(client, request.app[STORE], what, target)  # type: ignore[arg-type]
     await record_action(client, Action(wall_ms(), session.name or "", "console", what, target, outcome))
@@ -84,8 +88,13 @@ async def _retry_failed(request: web.Request, session: Session, target: str, for
     if form.get("confirm") != "yes":
         ask = ASKS["retry-failed"].format(since_said=f"since {since}" if since else "(any time)", limit=RETRY_MAX,
                                           where=f" whose last attempt ran on {host}" if host else "")  # fmt: skip
-        context = {"what": "retry-failed", "target": target, "ask": ask, "path": action_path("retry-failed", target),
-                   "since": since}  # fmt: skip
+        context = {
+            "what": "retry-failed",
+            "target": target,
+            "ask": ask,
+            "path": action_path("retry-failed", target),
+            "since": since,
+        }
         return page(request, "confirm.html", context)
     found = await failed_jobs(client, await queues_for(client, None), since_ms=since_ms, host=host)
     results = []

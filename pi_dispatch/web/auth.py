@@ -69,8 +69,13 @@ class Access:
     @classmethod
     def of(cls, settings: ConsoleSettings) -> Access:
         """Who may log in and act, as the console's settings say."""
-        return cls(settings.declared_logins, actions=settings.actions, tls=settings.tls,
-                   hosts=settings.served_names, trusted_proxy=settings.trusted_proxy)  # fmt: skip
+        return cls(
+            settings.declared_logins,
+            actions=settings.actions,
+            tls=settings.tls,
+            hosts=settings.served_names,
+            trusted_proxy=settings.trusted_proxy,
+        )
 
     def client_of(self, request: web.BaseRequest) -> str:
         """Who is asking: the connection's address, or for the declared proxy the address it last forwarded."""

@@ -101,8 +101,10 @@ async def serve(
     )
     say(f"pi-dispatch console on http://{bind}:{port}/ ({mode}; {store.shown()})")
     if access.logins and not access.tls and not is_loopback(bind):
-        complain(f"warning: logins on {bind} over plain HTTP: tokens and session cookies cross the network in the "
-                 "clear; fix: put a TLS proxy in front, bind 127.0.0.1 and set PI_CONSOLE_TLS=1")  # fmt: skip
+        complain(
+            f"warning: logins on {bind} over plain HTTP: tokens and session cookies cross the network in the "
+            "clear; fix: put a TLS proxy in front, bind 127.0.0.1 and set PI_CONSOLE_TLS=1"
+        )
     try:
         await until_stop_signal()
     finally:

@@ -61,7 +61,7 @@ from pi_dispatch.worker.outcomes import (
     container_result,
 )
 from pi_dispatch.worker.output import Outputs, RunningOutput
-from pi_dispatch.worker.scripts import InfraRetry, Refusal, script_environment
+from pi_dispatch.worker.scripts import InfraRetry, Refusal
 from pi_dispatch.worker.secrets import SecretsGate
 from pi_dispatch.worker.spend import Holds
 from pi_dispatch.worker.waitgate import WaitGate
@@ -107,8 +107,7 @@ class Attempts:
         self.name = settings.worker_name
         # with egress on, a resolver may not name the proxy either: the job's way out is the host's to say
         reserved = CONTAINER_VARIABLES | (set(PROXY_VARIABLES) if self.egress is not None else set())
-        self.secrets = SecretsGate(settings.secret_profiles, timeout_s=settings.secret_resolve_timeout_ms / 1000,
-                                   env=script_environment(settings.script_env), reserved=reserved)  # fmt: skip
+        self.secrets = SecretsGate.of(settings, reserved)
         self.place = JobPlace(
             self.secrets, settings.secret_profiles, settings.wait_profiles, self.egress_plan, self.runtimes
         )  # fmt: skip

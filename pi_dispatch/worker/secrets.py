@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from pi_dispatch.core.profiles import DEFAULT_SECRET_PROFILE
 from pi_dispatch.core.reasons import ExitCode, Reason
@@ -24,10 +24,14 @@ from pi_dispatch.worker.scripts import (
     is_argument,
     read_capped,
     release,
+    script_environment,
     spawn,
     stop,
     usable_script,
 )
+
+if TYPE_CHECKING:
+    from pi_dispatch.config.worker_settings import WorkerSettings
 
 MAX_SECRET_BYTES: Final = 65_536
 
@@ -101,6 +105,12 @@ class SecretsGate:
     timeout_s: float = 10.0
     env: Mapping[str, str] | None = None
     reserved: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def of(cls, settings: WorkerSettings, reserved: frozenset[str]) -> SecretsGate:
+        """The host's gate: its profiles, its timeout, the closed environment its resolvers run in."""
+        timeout_s = settings.secret_resolve_timeout_ms / 1000
+        return cls(settings.secret_profiles, timeout_s, script_environment(settings.script_env), reserved)
 
     @staticmethod
     def _binding(job: Mapping[str, object]) -> tuple[str, Mapping[object, object]] | None:

@@ -58,9 +58,11 @@ def test_a_console_beyond_this_host_without_logins_is_refused_exit_2(tmp_path: P
     env_file = tmp_path / "console.env"
     env_file.write_text("VALKEY_URL=redis://127.0.0.1:6379\nPI_CONSOLE_BIND=0.0.0.0\n")
     env_file.chmod(0o600)
-    asked = {"unit": ["console", "--env-file", str(env_file)],
-             "command": ["console", "--env-file", str(env_file), "--port", "1"],
-             "check": ["console", "--env-file", str(env_file), "--check"]}[form]  # fmt: skip
+    asked = {
+        "unit": ["console", "--env-file", str(env_file)],
+        "command": ["console", "--env-file", str(env_file), "--port", "1"],
+        "check": ["console", "--env-file", str(env_file), "--check"],
+    }[form]
     said = run_cli_process(*asked)
     assert said.returncode == 2 and "PI_CONSOLE_BIND" in said.stdout + said.stderr, said.stdout + said.stderr
     assert "Traceback" not in said.stderr
