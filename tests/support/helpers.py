@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from pi_dispatch.cli.app import main
@@ -59,14 +59,16 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
-def run_cli_process(*args: str, columns: int = 200) -> subprocess.CompletedProcess[str]:
-    """`python -m pi_dispatch ARGS` in a child process, its output through a pipe."""
+def run_cli_process(
+    *args: str, columns: int = 200, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m pi_dispatch ARGS` in a child process, its output through a pipe; `env` adds to the environment."""
     return subprocess.run(
         [sys.executable, "-m", "pi_dispatch", *args],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "COLUMNS": str(columns)},
+        env={**os.environ, "COLUMNS": str(columns), **(env or {})},
         check=False,
     )
 
