@@ -202,7 +202,7 @@ def docker_proxy(
     """Serve the worker's Docker socket proxy until SIGTERM (as its unit runs it): the calls a worker makes and no
     others, a container create judged on its parsed body (no privilege, capability, host namespace, device, seccomp
     or apparmor change, and binds only under the jobs folder, links followed). Exit 2 when the jobs folder or the
-    group is not there."""
+    group is not there (the folder itself may come later: until it does, no bind is allowed)."""
     import asyncio
     import grp
 
@@ -212,14 +212,13 @@ def docker_proxy(
     from pi_dispatch.infra.events import json_lines
 
     problems = []
-    jobs = resolver(str(jobs_dir))
-    if jobs is None or not jobs_dir.is_absolute():
-        problems.append(Problem("--jobs-dir", "is not a folder on this host", "the command line", "PI_JOBS_DIR's"))
+    if not jobs_dir.is_absolute():
+        problems.append(Problem("--jobs-dir", "is not an absolute path", "the command line", "PI_JOBS_DIR's"))
     try:
         gid = grp.getgrnam(group).gr_gid if group else None
     except KeyError:
         problems.append(Problem("--group", "names no group here", "the command line", "the worker's user's group"))
     if problems:
         raise ConfigError(problems)
-    proxy = DockerProxy(CreateJudge(jobs or "", resolver), str(docker_socket), json_lines(None))
+    proxy = DockerProxy(CreateJudge(str(jobs_dir), resolver), str(docker_socket), json_lines(None))
     asyncio.run(run_proxy(proxy, str(socket_path), gid))

@@ -94,7 +94,12 @@ def _strings(value: object, field: str) -> list[str]:
 
 
 def _binds(value: object, jobs_dir: str, resolve: Callable[[str], str | None]) -> None:
-    for bind in _strings(value, "Binds"):
+    binds = _strings(value, "Binds")
+    folder = resolve(jobs_dir) if binds else jobs_dir  # resolved when asked: the worker may make it after we start
+    if folder is None:
+        raise Refused("the jobs folder is not there to bind from")
+    jobs_dir = folder
+    for bind in binds:
         source = bind.split(":", 1)[0]
         if not source.startswith("/") or ".." in source.split("/"):
             raise Refused("a bind's source is not an absolute path under the jobs folder")
@@ -146,7 +151,8 @@ def _accepted(_value: object) -> None:
 
 @dataclass(frozen=True)
 class CreateJudge:
-    """The create judge for one host: its jobs folder (resolved), and how a path is resolved on the host."""
+    """The create judge for one host: its jobs folder (an absolute path, its links followed when a bind is judged),
+    and how a path is resolved on the host."""
 
     jobs_dir: str
     resolve: Callable[[str], str | None]

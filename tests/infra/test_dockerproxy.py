@@ -34,7 +34,7 @@ def proxied(tmp_path: Path) -> Iterator[tuple[Path, Path, Recorder]]:
     jobs.mkdir()
     place = tmp_path / "docker.sock"
     log = Recorder()
-    proxy = DockerProxy(CreateJudge(resolver(str(jobs)) or "", resolver), DOCKER, log)
+    proxy = DockerProxy(CreateJudge(str(jobs), resolver), DOCKER, log)
     loop = asyncio.new_event_loop()
     stop = threading.Event()
 
@@ -187,10 +187,10 @@ async def test_a_workers_whole_run_passes_through_it(
     assert [fields for event, fields in log.events if event == "docker_call_refused"] == []
 
 
-def test_a_jobs_folder_or_group_that_is_not_there_is_exit_2(tmp_path: Path) -> None:
+def test_a_relative_jobs_folder_or_a_group_that_is_not_there_is_exit_2(tmp_path: Path) -> None:
     from tests.support.helpers import run_cli_process
 
-    said = run_cli_process("docker-proxy", "--socket", str(tmp_path / "s"), "--jobs-dir", str(tmp_path / "none"))
+    said = run_cli_process("docker-proxy", "--socket", str(tmp_path / "s"), "--jobs-dir", "relative/jobs")
     assert said.returncode == 2 and "--jobs-dir" in said.stdout + said.stderr and "Traceback" not in said.stderr
     said = run_cli_process(
         "docker-proxy", "--socket", str(tmp_path / "s"), "--jobs-dir", str(tmp_path), "--group", "no-such-group-here"
