@@ -13,7 +13,7 @@ import pytest
 
 from pi_dispatch.receiver.guard import raise_descriptor_limit
 from pi_dispatch.testing.receiving import default_limits
-from tests.support.receiving import Served, rules_of, served
+from tests.support.receiving import Served, github_labeled, rules_of, served
 
 pytestmark = pytest.mark.redis
 
@@ -22,15 +22,7 @@ ELSEWHERE = "127.0.0.2"  # another loopback address: another peer to the receive
 
 
 def labeled(number: int) -> dict[str, Any]:
-    issue = {"number": number, "title": "T", "body": "B", "labels": [{"name": "pi"}]}
-    added = {"name": "pi"}
-    return {
-        "action": "labeled",
-        "sender": {"id": 1},
-        "label": added,
-        "issue": issue,
-        "repository": {"full_name": "acme/app"},
-    }
+    return github_labeled("pi", number)
 
 
 async def opened(receiver: Served, source: str = "127.0.0.1") -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

@@ -358,7 +358,7 @@ async def test_what_the_receiver_enqueues_runs_on_a_python_and_a_node_worker(
     from bullmq import Queue
 
     from pi_dispatch.testing.jobs import RESOLVER, write_script
-    from tests.support.receiving import queued_jobs, rules_of, served
+    from tests.support.receiving import github_labeled, queued_jobs, rules_of, served
     from tests.support.workers import finished_job, running_worker, settings_of, worker_env
 
     deploy = {"kind": "github", "flow": "deploy", "secretsProfile": "prod", "secrets": {"DEPLOY_TOKEN": "ref"}}
@@ -366,17 +366,6 @@ async def test_what_the_receiver_enqueues_runs_on_a_python_and_a_node_worker(
         {"on": {"type": "label", "any": ["pi:deploy"]}, "run": deploy},
         {"on": {"type": "label", "any": ["pi:plain"]}, "run": {"kind": "github", "flow": "plain"}},
     )
-
-    def labeled(label: str, number: int) -> dict[str, Any]:
-        issue = {"number": number, "title": "T", "body": "B", "labels": [{"name": label}]}
-        added = {"name": label}
-        return {
-            "action": "labeled",
-            "sender": {"id": 1},
-            "label": added,
-            "issue": issue,
-            "repository": {"full_name": "acme/app"},
-        }
 
     resolver = write_script(tmp_path / "resolver", RESOLVER)
     env = worker_env(tmp_path, valkey_url, job_image, "py-mini", PI_SECRET_PROFILES=f"prod:{resolver}")
@@ -389,7 +378,7 @@ async def test_what_the_receiver_enqueues_runs_on_a_python_and_a_node_worker(
             if isinstance(live, LiveHosts) and {"py-mini", "py-plain"} <= {row.get("name") for row in live.hosts}:
                 break
             await asyncio.sleep(0.1)
-        assert (await receiver.github("issues", labeled("pi:deploy", 51), "mixed-1"))[0] == 202
+        assert (await receiver.github("issues", github_labeled("pi:deploy", 51), "mixed-1"))[0] == 202
         assert receiver.events("forge_job_routed")[-1] == {"kind": "github", "host": "py-mini", "needs": "s:prod"}
         queue = Queue("pi-jobs@py-mini", {"connection": valkey_url})
         try:
@@ -398,7 +387,7 @@ async def test_what_the_receiver_enqueues_runs_on_a_python_and_a_node_worker(
             await queue.close()
     assert done.returnvalue["outcome"] == "completed"  # the Python worker ran what the receiver queued
     async with served(valkey_url, rules) as receiver:
-        assert (await receiver.github("issues", labeled("pi:plain", 52), "mixed-2"))[0] == 202
+        assert (await receiver.github("issues", github_labeled("pi:plain", 52), "mixed-2"))[0] == 202
     stored = (await queued_jobs(valkey_url))["gh-mixed-2"][1]
     seen = await asyncio.to_thread(run_node_fleet, node_mirror, valkey_url, "work", {"queue": "pi-jobs"})
     assert seen["id"] == "gh-mixed-2" and seen["data"] == stored  # a Node worker takes it, byte for byte the same

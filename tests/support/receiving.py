@@ -187,3 +187,15 @@ async def queued_jobs(valkey_url: str, queue: str = "pi-jobs") -> dict[str, Any]
         return {job.id: (job.name, job.data, job.opts) for job in jobs}
     finally:
         await handle.close()
+
+
+def github_labeled(label: str, number: int, repo: str = "acme/app") -> dict[str, Any]:
+    """A GitHub `issues labeled` delivery: `label` added to issue `number`, which carries it (sender 1)."""
+    issue = {"number": number, "title": "T", "body": "B", "labels": [{"name": label}]}
+    return {
+        "action": "labeled",
+        "sender": {"id": 1},
+        "label": {"name": label},
+        "issue": issue,
+        "repository": {"full_name": repo},
+    }

@@ -54,6 +54,16 @@ def runtime() -> Any:
     runtime.close()
 
 
+async def started_container(docker_client: Any, pause_s: float = 0.05) -> Any:
+    """This test host's job container once Docker lists it (a ceiling of 100 looks)."""
+    for _ in range(100):
+        found = docker_client.containers.list(filters={"label": f"{LABEL_HOST}=containers-test"})
+        if found:
+            return found[0]
+        await asyncio.sleep(pause_s)
+    raise AssertionError("the job's container never ran")
+
+
 def sink_for(path: Path, secrets: tuple[str, ...] = ()) -> AttemptOutput:
     sink = AttemptOutput(path, "attempt=1 host=containers-test", Masker(secrets), Capped(1 << 20), Capped(1 << 16))
     sink.open()
@@ -145,17 +155,13 @@ async def test_labels_name_the_job_and_this_host(
     running = asyncio.ensure_future(
         runtime.run(spec_for(tmp_path, job_image, {"demoSleep": 3}), output=None, stop=StopRequest())
     )
-    for _ in range(100):
-        found = docker_client.containers.list(filters={"label": f"{LABEL_HOST}=containers-test"})
-        if found:
-            break
-        await asyncio.sleep(0.1)
-    assert found and found[0].labels[LABEL_JOB] == "gh-1"
-    assert found[0].attrs["HostConfig"]["Memory"] == 64 * 1024 * 1024
-    assert found[0].attrs["HostConfig"]["NanoCpus"] == 500_000_000
-    assert "no-new-privileges" in found[0].attrs["HostConfig"]["SecurityOpt"]
-    assert not found[0].attrs["HostConfig"]["Privileged"]
-    assert found[0].attrs["HostConfig"]["Init"] is True  # the stop signal reaches the job at once
+    found = await started_container(docker_client, 0.1)
+    assert found.labels[LABEL_JOB] == "gh-1"
+    assert found.attrs["HostConfig"]["Memory"] == 64 * 1024 * 1024
+    assert found.attrs["HostConfig"]["NanoCpus"] == 500_000_000
+    assert "no-new-privileges" in found.attrs["HostConfig"]["SecurityOpt"]
+    assert not found.attrs["HostConfig"]["Privileged"]
+    assert found.attrs["HostConfig"]["Init"] is True  # the stop signal reaches the job at once
     await running
 
 
@@ -227,13 +233,7 @@ async def test_while_the_worker_keeps_the_output_docker_keeps_no_copy(
     sink = sink_for(tmp_path / "kept.log")
     spec = spec_for(tmp_path, job_image, {"demoTicks": 2}, docker_log=False)
     running = asyncio.ensure_future(runtime.run(spec, output=sink, stop=StopRequest()))
-    found: list[Any] = []
-    for _ in range(100):
-        found = docker_client.containers.list(filters={"label": f"{LABEL_HOST}=containers-test"})
-        if found:
-            break
-        await asyncio.sleep(0.05)
-    assert found and found[0].attrs["HostConfig"]["LogConfig"]["Type"] == "none"
+    assert (await started_container(docker_client)).attrs["HostConfig"]["LogConfig"]["Type"] == "none"
     await running
     sink.close()
     assert b"tick 2" in (tmp_path / "kept.log").read_bytes()
@@ -274,15 +274,9 @@ async def test_a_job_has_no_ipv6_and_an_egress_job_gives_dockers_resolver_no_ups
     resolver.write_text(NO_RESOLVER)
     spec = spec_for(tmp_path, job_image, {"demoSleep": 5}, resolver=resolver, network="bridge")
     running = asyncio.ensure_future(runtime.run(spec, output=None, stop=StopRequest()))
-    found: list[Any] = []
-    for _ in range(100):
-        found = docker_client.containers.list(filters={"label": f"{LABEL_HOST}=containers-test"})
-        if found:
-            break
-        await asyncio.sleep(0.1)
-    assert found, "the job's container never ran"
-    host_config = found[0].attrs["HostConfig"]
+    found = await started_container(docker_client, 0.1)
+    host_config = found.attrs["HostConfig"]
     assert host_config["Sysctls"] == IPV6_OFF and host_config["Dns"] == NO_UPSTREAM
-    seen = found[0].exec_run(["sh", "-c", "cat /proc/sys/net/ipv6/conf/*/disable_ipv6 | sort -u; ip -6 addr"])
+    seen = found.exec_run(["sh", "-c", "cat /proc/sys/net/ipv6/conf/*/disable_ipv6 | sort -u; ip -6 addr"])
     assert seen.output.decode().split() == ["1"], seen.output  # every interface's IPv6 off, no IPv6 address
     await running
