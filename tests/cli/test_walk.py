@@ -79,11 +79,19 @@ def bad_inputs(job_file: Path, down: str) -> dict[tuple[str, ...], list[list[str
         ["config", "render", "-i", str(EXAMPLE), "--host", "mini1", "--extra-vars", NOT_JSON],
     ]
     walked[("config", "schema")] = [["config", "schema", "--write", MISSING]]
-    # the console serves until stopped: a store that cannot be named (2), an address this host does not have (1)
+    # the console serves until stopped: a store that cannot be named (2), an address this host does not have with
+    # logins declared (1; beyond loopback without logins it is refused first, 2: tests/web/test_entry.py)
+    with_logins = job_file.parent / "console.env"
+    with_logins.write_text(f"PI_CONSOLE_LOGINS=ops:read:{'0' * 64}\n")
+    with_logins.chmod(0o600)
     walked[("console",)] = [
-        ["console", "--valkey-url", NO_SCHEME], ["console", "--bind", "no-such-host.invalid"],
+        ["console", "--valkey-url", NO_SCHEME],
+        ["console", "--env-file", str(with_logins), "--bind", "no-such-host.invalid"],
         ["console", "--env-file", MISSING],
-    ]  # fmt: skip
+    ]
+    # the socket proxy serves until stopped: a group this host does not have (2)
+    socket = str(job_file.parent / "d.sock")
+    walked[("docker-proxy",)] = [["docker-proxy", "--socket", socket, "--jobs-dir", MISSING, "--group", MISSING]]
     return walked
 
 
@@ -101,7 +109,7 @@ def run(arguments: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_walk_covers_every_command(tmp_path: Path) -> None:
-    assert set(bad_inputs(tmp_path, "")) == leaf_commands(typer.main.get_command(app))
+    assert set(bad_inputs(tmp_path / "job.json", "")) == leaf_commands(typer.main.get_command(app))
 
 
 def test_no_command_shows_a_traceback_for_bad_input(tmp_path: Path) -> None:
