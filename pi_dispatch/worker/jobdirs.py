@@ -30,9 +30,12 @@ def worker_jobs_dir(jobs_dir: Path, worker: str) -> Path:
 
 def write_job_dir(jobs_dir: Path, worker: str, job_id: str, data: Mapping[str, Any]) -> Path:
     """A fresh folder holding the job's event and its non-secret fields, readable by the job image's user."""
-    jobs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     own = worker_jobs_dir(jobs_dir, worker)
-    own.mkdir(mode=0o711, exist_ok=True)  # the daemon mounts a folder inside; nobody need list them
+    own.mkdir(parents=True, exist_ok=True)
+    # passed through, never listed: the daemon mounts a folder inside, and the Docker socket proxy follows a bind's
+    # links through them to judge it (the modes set as said, whatever the worker's umask made of them)
+    for passed in (jobs_dir, own):
+        passed.chmod(0o711)
     folder = Path(tempfile.mkdtemp(dir=own, prefix=f"{record_stem(job_id)}-", suffix=JOB_DIR_SUFFIX))
     folder.chmod(0o755)  # the job image may read it as any user; it holds no secret
     trigger = data.get("trigger")
