@@ -206,9 +206,12 @@ async def test_an_image_without_exit_auth_is_charged_its_hold_and_its_share_of_t
     await asyncio.to_thread(docker_client.images.build, fileobj=io.BytesIO(dockerfile.encode()), tag=unsigned, rm=True)
     caps = {"PI_MAX_COST_USD": "1", "PI_DAILY_COST_USD": "100", "PI_DAILY_TOKEN_CAP": "1000000", "PI_DAILY_CAP": "500"}
     env = worker_env(tmp_path, valkey_url, unsigned, "py1", PI_CONCURRENCY="1", **caps)
-    async with running_worker(settings_of(env)) as one:
-        await add(queue, "claims-nothing", 1, demoUsage=10, demoCost=0)
-        await finished_job(queue, "claims-nothing")
+    try:
+        async with running_worker(settings_of(env)) as one:
+            await add(queue, "claims-nothing", 1, demoUsage=10, demoCost=0)
+            await finished_job(queue, "claims-nothing")
+    finally:
+        await asyncio.to_thread(docker_client.images.remove, unsigned)
     said = record(one.logs_dir, "claims-nothing")
     assert said["outcome"] == "completed" and said["tokens"]["total"] == 10  # what the line said is recorded
     assert said["dollars"] == {"reservedMicros": USD, "settledMicros": USD, "basis": "floor", "modelBasis": None}
