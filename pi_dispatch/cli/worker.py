@@ -193,7 +193,11 @@ def _docker_or_exit(what: str) -> Any:
 
 def docker_proxy(
     socket_path: Annotated[Path, typer.Option("--socket", help="Where the worker reaches Docker through it.")],
-    jobs_dir: Annotated[Path, typer.Option(help="The worker's jobs folder (PI_JOBS_DIR): the one bind source.")],
+    jobs_dir: Annotated[
+        Path,
+        # passed through, never read: the proxy may not list it (0711)
+        typer.Option(help="The worker's jobs folder (PI_JOBS_DIR): the one bind source.", readable=False),
+    ],
     group: Annotated[str | None, typer.Option(help="The worker's group, which may use the socket.")] = None,
     docker_socket: Annotated[Path, typer.Option("--docker", help="The daemon's own socket.")] = Path(
         "/var/run/docker.sock"
