@@ -39,6 +39,8 @@ ALLOWED: Final = tuple(
 )
 CREATE: Final = re.compile(f"{_VERSION}/containers/create")
 START: Final = re.compile(f"{_VERSION}/containers/({_ID})/start")
+# The one call whose connection may carry more than its request: an attach, once the daemon has upgraded it.
+ATTACH: Final = re.compile(f"{_VERSION}/containers/{_ID}/attach")
 # Namespaces a container may never share with the host or another container.
 NAMESPACE_MODES: Final = ("pidmode", "ipcmode", "utsmode", "usernsmode", "cgroupnsmode")
 SECURITY_OPTS: Final = frozenset({"no-new-privileges", "no-new-privileges:true", "no-new-privileges=true"})

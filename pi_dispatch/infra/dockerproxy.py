@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import unquote
 
-from pi_dispatch.core.dockerjudge import CREATE, MAX_CREATE_BYTES, START, CreateJudge, Refused, allowed
+from pi_dispatch.core.dockerjudge import ATTACH, CREATE, MAX_CREATE_BYTES, START, CreateJudge, Refused, allowed
 from pi_dispatch.infra.events import EventLog
 
 HEAD_MAX: Final = 64 * 1024
@@ -182,26 +182,46 @@ class DockerProxy:
     async def _forward(
         self, request: Request, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        upstream_reader, upstream_writer = await asyncio.open_unix_connection(self.docker_socket)
+        # only an attach is let upgrade: any other call's connection carries its one request, then closes
+        upgrading = request.upgrades and ATTACH.fullmatch(unquote(request.path)) is not None
+        upstream_reader, upstream_writer = await asyncio.open_unix_connection(self.docker_socket, limit=HEAD_MAX)
         try:
             lines = [f"{request.method} {request.target} HTTP/1.1"]
-            lines += [line for line in request.head_lines if request.upgrades or not _is_connection(line)]
-            if not request.upgrades:
+            lines += [line for line in request.head_lines if upgrading or not _is_connection(line)]
+            if not upgrading:
                 lines.append("Connection: close")
             upstream_writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
             await upstream_writer.drain()
-            back = asyncio.ensure_future(_pipe(upstream_reader, writer))
-            if request.upgrades:  # an attach: the container's stdin follows the request
+            if not upgrading:
+                await _pipe(upstream_reader, writer)
+            elif await _upgraded(upstream_reader, writer):  # the container's stdin follows the request
                 onward = asyncio.ensure_future(_pipe(reader, upstream_writer))
-                await back
+                await _pipe(upstream_reader, writer)
                 onward.cancel()
-            else:
-                await back
         finally:
             upstream_writer.close()
 
     def _refused(self, request: Request, reason: str) -> None:
         self.log("docker_call_refused", {"method": request.method[:16], "path": request.path[:256], "reason": reason})
+
+
+async def _upgraded(upstream: asyncio.StreamReader, client: asyncio.StreamWriter) -> bool:
+    """Pass the daemon's answer to an attach on; whether it upgraded the connection (101). An answer that did not
+    (no such container) is passed on whole and the connection ends there: a request the client sent after it is
+    never read, let alone sent to the daemon on a connection it kept open."""
+    head = await upstream.readuntil(b"\r\n\r\n")
+    client.write(head)
+    if head.split(b" ", 2)[1:2] == [b"101"]:
+        await client.drain()
+        return True
+    lengths = [
+        line.split(b":", 1)[1].strip() for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+    ]
+    declared = lengths[0] if lengths else b"0"
+    if declared.isdigit() and 0 < int(declared) <= BODY_MAX:
+        client.write(await upstream.readexactly(int(declared)))
+    await client.drain()
+    return False
 
 
 def _is_connection(line: str) -> bool:

@@ -7,6 +7,7 @@ swapped in after the create."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import socket
@@ -196,3 +197,38 @@ def test_a_relative_jobs_folder_or_a_group_that_is_not_there_is_exit_2(tmp_path:
         "docker-proxy", "--socket", str(tmp_path / "s"), "--jobs-dir", str(tmp_path), "--group", "no-such-group-here"
     )
     assert said.returncode == 2 and "--group" in said.stdout + said.stderr
+
+
+@pytest.mark.parametrize("carrier", ["/containers/no-such-container/attach?stream=1&stdin=1", "/containers/x/wait"])
+def test_no_request_rides_behind_an_allowed_one(
+    proxied: tuple[Path, Path, Recorder], job_image: str, docker_client: Any, carrier: str
+) -> None:
+    """A call asking to upgrade (an attach the daemon refuses, or a call that is no attach at all) with a privileged
+    create sent right behind it on the same connection: the create never reaches the daemon."""
+    import docker.errors
+
+    place, _, _ = proxied
+    name = "pi-dispatch-smuggled"
+    smuggled = json.dumps({"Image": job_image, "HostConfig": {"Privileged": True}}).encode()
+    second = (
+        f"POST /containers/create?name={name} HTTP/1.1\r\nHost: docker\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(smuggled)}\r\n\r\n"
+    ).encode() + smuggled
+    first = (
+        f"POST {carrier} HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\nContent-Length: 0\r\n\r\n"
+    )
+    with socket.socket(socket.AF_UNIX) as raw:
+        raw.settimeout(CEILING_S)
+        raw.connect(str(place))
+        raw.sendall(first.encode() + second)
+        answered = b""
+        with contextlib.suppress(TimeoutError, OSError):
+            raw.settimeout(5)
+            while chunk := raw.recv(65_536):
+                answered += chunk
+    try:
+        docker_client.containers.get(name).remove(force=True)
+        raise AssertionError("the smuggled create reached the daemon")
+    except docker.errors.NotFound:
+        pass
+    assert b" 201 " not in answered, answered[:300]
