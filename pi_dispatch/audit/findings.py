@@ -28,6 +28,10 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
     "host-vars-invalid": ("error", "a host's declarations are invalid; its worker would refuse to start"),
     "worker-name-duplicate": ("error", "two hosts declare the same worker name; they would share one queue and row"),
     "profile-case-clash": ("warning", "profile names that differ only by case; a trigger naming one misses the other"),
+    "store-user-shared": (
+        "warning",
+        "workers log in with the store's own password: one leaked env file administers the store",
+    ),
     "logs-dir-shared": ("warning", "hosts share PI_LOGS_DIR; run records, raw logs and the reaper are shared too"),
     "tz-mismatch": (
         "warning",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from urllib.parse import urlsplit
 
 from pi_dispatch.audit.cron import cron_drift_findings, cron_findings
 from pi_dispatch.audit.drift import (
@@ -225,6 +226,7 @@ def _config_findings(hosts: Sequence[InventoryHost], fleet: Sequence[FleetHost])
     findings += _shared_value_findings(
         hosts, "logs_dir", "logs-dir-shared", "give each host its own logs_dir (or share on purpose)"
     )
+    findings += _store_user_findings(hosts)
     findings += egress_findings(hosts)
     findings += limit_findings(hosts)
     zones = {str(host.declared("tz")) for host in hosts if host.declared("tz")}
@@ -235,6 +237,27 @@ def _config_findings(hosts: Sequence[InventoryHost], fleet: Sequence[FleetHost])
             )
         )
     return findings
+
+
+def _store_user_findings(hosts: Sequence[InventoryHost]) -> list[Finding]:
+    """Workers that present a password as the store's default user (their VALKEY_URL names no user of their own)."""
+    shared = [
+        host.name
+        for host in hosts
+        if host.declared("valkey_password") and not urlsplit(str(host.declared("valkey_url") or "")).username
+    ]
+    if not shared:
+        return []
+    fix = "give them a store user of their own: pi_dispatch_valkey_users and redis://pi-worker@... (docs/multi-host.md)"
+    return [
+        Finding(
+            "store-user-shared",
+            "store users",
+            f"log in as the store's default user: {', '.join(shared)}",
+            fix,
+            tuple(shared),
+        )
+    ]
 
 
 def _shared_value_findings(hosts: Sequence[InventoryHost], suffix: str, code: str, fix: str) -> list[Finding]:

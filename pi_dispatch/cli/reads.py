@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 from pi_dispatch.config.kinds import VALKEY_URL
 from pi_dispatch.console.fleetread import FleetRead, read_fleet_state
 from pi_dispatch.core.errors import ConfigError, PiDispatchError, Problem
+from pi_dispatch.core.storeusers import reads_configuration
 from pi_dispatch.fleet.mirror import MirroredRuns, merge_runs, read_mirrored_runs
 from pi_dispatch.fleet.registry import LiveHosts, Unreachable, read_live_hosts
 from pi_dispatch.fleet.snapshot import registry_now
@@ -51,7 +52,12 @@ def read_registry(store: StoreAddress) -> LiveHosts | Unreachable:
 
 
 def read_fleet(store: StoreAddress) -> FleetRead:
-    return asyncio.run(with_client(store, lambda client: read_fleet_state(client, store)))  # type: ignore[no-any-return]
+    """The fleet, with the store's configuration when the user it logs in as may read it."""
+
+    async def read(client: Any) -> FleetRead:
+        return await read_fleet_state(client, store, configuration=reads_configuration(store.username))
+
+    return asyncio.run(with_client(store, read))  # type: ignore[no-any-return]
 
 
 def read_mirror(store: StoreAddress, limit: int) -> MirroredRuns:

@@ -32,12 +32,12 @@ class FleetRead:
     store: StoreState | None = None
 
 
-async def read_fleet_state(client: Any, store: StoreAddress) -> FleetRead:
-    """The fleet as `hosts` shows it, in a bounded few round trips."""
+async def read_fleet_state(client: Any, store: StoreAddress, *, configuration: bool = False) -> FleetRead:
+    """The fleet as `hosts` shows it, in a bounded few round trips (`configuration`: `read_store_state`'s)."""
     live = await registry_now(client)
     if not isinstance(live, LiveHosts):
         return FleetRead(live, [], [])
-    state = await read_store_state(client, store)
+    state = await read_store_state(client, store, configuration=configuration)
     try:
         names = await known_host_queues(client, live.hosts)
         read = await read_queues(client, [SHARED_QUEUE, *names], live.hosts, wall_ms(), backlog=BACKLOG_READ)

@@ -34,6 +34,7 @@ from pi_dispatch.core.capabilities import is_draining, is_live, is_stuck, unheal
 from pi_dispatch.core.jscompat import finite, iso_string, js_number
 from pi_dispatch.core.keys import SHARED_QUEUE
 from pi_dispatch.core.scopedlimits import ScopedLimits
+from pi_dispatch.core.storeusers import reads_configuration
 from pi_dispatch.fleet.backlog import BACKLOG_READ, runnable, shown_count
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
 from pi_dispatch.fleet.limitview import LimitsView, limits_summary, published_caps, read_limits
@@ -100,7 +101,8 @@ class FrameReader:
             return Frame(now_ms, self.store, unreachable=describe(error))
         mirrored = await read_mirrored_runs(self.client, limit=LATEST_RUNS)
         could = runnable(live.hosts, read.waiting)
-        state = await read_store_state(self.client, self.address)
+        user = self.address.username if self.address is not None else None
+        state = await read_store_state(self.client, self.address, configuration=reads_configuration(user))
         receivers = await read_receivers(self.client, now_ms)
         limits = await read_limits(self.client, *published_caps(live.hosts), ScopedLimits(), rows=live.hosts,
                                    now_ms=now_ms)  # fmt: skip

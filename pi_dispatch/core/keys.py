@@ -49,6 +49,8 @@ FLEET_EPOCH: Final = "fleet:epoch"
 # This port's own: one hash, a field per receiver (`host:port`) holding its spool's state as JSON, so `top` reads
 # every receiver in one HGETALL (`fleet/receivers.py`).
 RECEIVERS: Final = "fleet:receivers"
+# This port's own: every action an operator took (cancel, retry, drain, resume), a capped stream (`fleet/trail.py`).
+TRAIL_KEY: Final = "actions:trail"
 
 
 def delivery_seen_key(digest: str) -> str:

@@ -122,21 +122,26 @@ def _persistence(persisted: object, saves: object) -> str | None:
     if isinstance(persisted, dict) and _whole(persisted.get("aof_enabled")) == 1:
         return "aof"
     if not isinstance(saves, dict):
-        return None  # CONFIG refused (renamed away): the snapshot schedule cannot be read
+        return None  # CONFIG not asked, or refused: the snapshot schedule cannot be read
     return "rdb" if reply_text(next(iter(saves.values()), "")).strip() else "off"
 
 
-async def read_store_state(client: aioredis.Redis, store: StoreAddress | None = None) -> StoreState:
-    """The store's state now; `unreadable` says why when it would not answer."""
+async def read_store_state(
+    client: aioredis.Redis, store: StoreAddress | None = None, *, configuration: bool = False
+) -> StoreState:
+    """The store's state now; `unreadable` says why when it would not answer. `configuration`: also its write guard
+    and snapshot schedule, which only CONFIG GET says: asked by the operator's commands alone, since a store user of
+    the fleet's processes may not run it (`core/storeusers.py`: CONFIG GET reads every password the store holds)."""
     pipe = client.pipeline(transaction=False)
     pipe.info("replication")
     pipe.info("memory")
-    pipe.config_get("min-replicas-to-write")
     pipe.info("persistence")
-    pipe.config_get("save")
     pipe.get(FLEET_EPOCH)
+    if configuration:
+        pipe.config_get("min-replicas-to-write")
+        pipe.config_get("save")
     try:
-        replication, memory, configured, persisted, saves, epoch = await bounded(
+        replication, memory, persisted, epoch, *configured = await bounded(
             pipe.execute(raise_on_error=False), OP_TIMEOUT_S
         )
     except STORE_FAULTS as error:
@@ -144,9 +149,9 @@ async def read_store_state(client: aioredis.Redis, store: StoreAddress | None = 
     if isinstance(replication, Exception) or isinstance(memory, Exception):
         reason = describe(replication if isinstance(replication, Exception) else memory)
         return StoreState("?", (), "", None, False, unreadable=reason)
-    guard = None
-    if isinstance(configured, dict):
-        guard = _whole(next(iter(configured.values()), None))
+    guard, saves = None, configured[1] if configured else None
+    if configured and isinstance(configured[0], dict):
+        guard = _whole(next(iter(configured[0].values()), None))
     state = StoreState(
         role=str(replication.get("role", "?")),
         replicas=_replicas(replication),

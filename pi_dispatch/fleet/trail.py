@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from pi_dispatch.core.keys import TRAIL_KEY
 from pi_dispatch.infra.valkey import OP_TIMEOUT_S, bounded, reply_text
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-TRAIL_KEY: Final = "actions:trail"
 TRAIL_MAX: Final = 10_000  # entries kept (XADD MAXLEN ~: trimmed in whole nodes, at least this many)
 FIELD_MAX: Final = 512  # a target or a name longer than this is cut: the trail is no place for a payload
 ACTIONS: Final = ("cancel", "retry", "drain", "resume")

@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
@@ -147,6 +147,11 @@ class StoreAddress:
     sentinel_password: str | None = None
 
     @property
+    def username(self) -> str | None:
+        """The store user the URL names (`redis://pi-worker@host/0`; with Sentinels too), None: the default user."""
+        return unquote(urlsplit(self.url).username or "") or None
+
+    @property
     def replicated(self) -> bool:
         """Whether the primary is found through Sentinels (so acknowledged writes wait for a replica)."""
         return bool(self.sentinels)
@@ -174,6 +179,7 @@ class StoreAddress:
     def _primary_pool(self, timeout_s: float | None, **options: object) -> FollowingPool:
         sentinel = self._sentinel(timeout_s or OP_TIMEOUT_S)
         connection = {"db": database_of(self.url), "password": self.password or None, "is_master": True, **options}
+        connection["username"] = self.username
         connection["connection_class"] = FollowingConnection
         if timeout_s is not None:
             connection |= {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
@@ -291,7 +297,8 @@ class PrimaryCheck:
             return False
         node = self._nodes.get(primary)
         if node is None:
-            address = f"redis://{primary[0]}:{primary[1]}/{database_of(self.store.url)}"
+            user = f"{quote(self.store.username, safe='')}@" if self.store.username else ""
+            address = f"redis://{user}{primary[0]}:{primary[1]}/{database_of(self.store.url)}"
             node = self._nodes[primary] = connect(address, self.store.password, OP_TIMEOUT_S)
         try:
             found = await node.get(key)

@@ -169,11 +169,11 @@ async def per_key_script(client: Any, name: str, keys: Sequence[str]) -> list[An
     every call in one round trip: each call's reply, in order."""
     if not keys:
         return []
-    text = packaged_script(name)  # sent whole (EVAL): a SHA would cost a SCRIPT EXISTS round trip first
+    text = packaged_script(name)  # sent whole: a SHA would cost a SCRIPT EXISTS round trip first
     async with client.pipeline(transaction=False) as pipe:
         for start in range(0, len(keys), KEYS_PER_SCRIPT):
             part = keys[start : start + KEYS_PER_SCRIPT]
-            pipe.eval(text, len(part), *part)
+            pipe.eval_ro(text, len(part), *part)  # read-only: a store user that may only read its keys may run it
         return list(await pipe.execute())
 
 

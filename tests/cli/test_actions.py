@@ -12,7 +12,8 @@ import redis.asyncio as aioredis
 from jsonschema import Draft202012Validator
 
 from pi_dispatch.config.schemas import load_schema
-from pi_dispatch.fleet.trail import TRAIL_KEY, Action, read_trail, record_action, unix_user
+from pi_dispatch.core.keys import TRAIL_KEY
+from pi_dispatch.fleet.trail import Action, read_trail, record_action, unix_user
 from tests.support.helpers import run_cli
 
 pytestmark = [pytest.mark.redis]

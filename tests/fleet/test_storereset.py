@@ -50,7 +50,7 @@ async def test_the_audit_reports_a_recent_loss_and_a_store_that_keeps_nothing(cl
     await watch.check()
     await client.flushdb()
     await watch.check()
-    state = await read_store_state(client)
+    state = await read_store_state(client, configuration=True)
     assert state.persistence == "off"  # the test store: --save "" and appendonly no
     assert "persistence off" in state.summary() and "lost its data 1x" in state.summary()
     codes = {finding.code for finding in store_findings(state, now[0] + 1_000)}
@@ -59,6 +59,6 @@ async def test_the_audit_reports_a_recent_loss_and_a_store_that_keeps_nothing(cl
     assert "store-reset" not in week_later  # history by then
     await client.config_set("appendonly", "yes")
     try:
-        assert (await read_store_state(client)).persistence == "aof"
+        assert (await read_store_state(client, configuration=True)).persistence == "aof"
     finally:
         await client.config_set("appendonly", "no")

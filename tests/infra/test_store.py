@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from redis.exceptions import ConnectionError as StoreConnectionError
 
+from pi_dispatch.core.storeusers import WORKER
 from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, NotReplicated
 from pi_dispatch.infra.store import (
     DEFAULT_PRIMARY_NAME,
@@ -257,3 +258,30 @@ async def test_sentinels_that_name_no_primary_are_said_so_without_a_password_in_
         await client.aclose()
     assert "hush" not in str(caught.value) and "store-secret" not in str(caught.value)
     assert "VALKEY_SENTINELS" in str(caught.value)
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+async def test_a_store_user_the_url_names_logs_in_on_the_primary_the_sentinels_name(
+    replicated: ReplicatedStore,
+) -> None:
+    """A worker's own store user (`core/storeusers.py`) through the Sentinels: its client, its BullMQ adds with the
+    replicas' confirmation, and the check of a lock on the named primary all log in as that user."""
+    for node in replicated.data:  # each node keeps users of its own: ACLs are not replicated
+        admin = replicated._data_client(node)
+        admin.execute_command(*WORKER.setuser("worker-password-1234"))
+        admin.close()
+    sentinels = replicated.address().sentinels
+    address = StoreAddress("redis://pi-worker@127.0.0.1/0", "worker-password-1234", sentinels, PRIMARY_NAME)
+    client, check = address.client(), PrimaryCheck(address)
+    enqueuer = Enqueuer(address, ForgeRouter(no_hosts), replica_wait_ms=1000)
+    try:
+        assert await client.execute_command("ACL", "WHOAMI") == b"pi-worker"
+        placed = await enqueuer.enqueue_forge_job("github", forge_job(7))
+        assert not placed.deduplicated  # added, and WAITed for on the replicas the Sentinels see, as pi-worker
+        await client.set("users:probe", "as-pi-worker")
+        assert await check.holds("users:probe", "as-pi-worker")
+    finally:
+        await enqueuer.close()
+        await check.close()
+        await client.aclose()
