@@ -107,7 +107,8 @@ def acl_file(admin_password: str, passwords: Mapping[str, str]) -> str:
         raise ValueError(f"no store user for {', '.join(unknown)}: the roles are {', '.join(ROLES)}")
     short = sorted(role for role, password in passwords.items() if len(password) < 16)
     if short or len(admin_password) < 16:
-        raise ValueError(f"a store password shorter than 16 characters: {', '.join(short) or 'the store its own'}")
+        named = ", ".join(short) or "the store's own"
+        raise ValueError(f"a store password shorter than 16 characters: {named}")
     lines = [f"user default reset on #{password_digest(admin_password)} ~* &* +@all"]
     lines += [user.acl_line(passwords[user.role]) for user in STORE_USERS if user.role in passwords]
     return "\n".join(lines) + "\n"

@@ -149,9 +149,8 @@ async def read_store_state(
     if isinstance(replication, Exception) or isinstance(memory, Exception):
         reason = describe(replication if isinstance(replication, Exception) else memory)
         return StoreState("?", (), "", None, False, unreadable=reason)
-    guard, saves = None, configured[1] if configured else None
-    if configured and isinstance(configured[0], dict):
-        guard = _whole(next(iter(configured[0].values()), None))
+    guarded, saves = configured or (None, None)
+    guard = _whole(next(iter(guarded.values()), None)) if isinstance(guarded, dict) else None
     state = StoreState(
         role=str(replication.get("role", "?")),
         replicas=_replicas(replication),
