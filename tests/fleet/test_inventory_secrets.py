@@ -42,10 +42,10 @@ def test_the_example_makes_its_secrets_once_on_the_controller_private_and_never_
     folder = _copy_of_the_example(tmp_path)
     first = {host.name: host.vars[PREFIX + "valkey_password"] for host in load_inventory(folder / "hosts.yml")}
     credentials = folder / ".credentials"
-    made = (credentials / "valkey-password").read_text().strip()
+    made = (credentials / "valkey-worker-password").read_text().strip()  # the workers' own store user's
     assert set(first.values()) == {made} and len(made) == 32 and made.isalnum()
     assert stat.S_IMODE(credentials.stat().st_mode) == 0o700
-    assert stat.S_IMODE((credentials / "valkey-password").stat().st_mode) == 0o600
+    assert stat.S_IMODE((credentials / "valkey-worker-password").stat().st_mode) == 0o600
     # read again, through the folder this time, by the CLI in another process: the same value, nothing new made
     again = {host.name: host.vars[PREFIX + "valkey_password"] for host in load_fleet(folder)[0]}
     rendered = run_cli_process("config", "render", "--host", "mini2", "-i", str(folder))
@@ -54,11 +54,12 @@ def test_the_example_makes_its_secrets_once_on_the_controller_private_and_never_
     webhook = (credentials / "github-webhook-secret").read_text().strip()
     assert len(webhook) == 40 and _as_ansible_reads(folder, "receiver", RECEIVER_SECRET) == webhook
     # a play on the controller (localhost is in no inventory file, so it has no inventory_dir) finds the same folder
-    assert _as_ansible_reads(folder, "localhost", "pi_dispatch_valkey_password") == made
+    stores = _as_ansible_reads(folder, "localhost", "pi_dispatch_valkey_password")
+    assert stores == (credentials / "valkey-password").read_text().strip() and stores != made  # the operator's own
     # never committed: no file the example ships holds either, and Ansible reads no credential as a host
     files = [path for path in EXAMPLE.resolve().rglob("*") if path.is_file() and ".credentials" not in path.parts]
     shipped = "".join(path.read_text() for path in files)
-    assert made not in shipped and webhook not in shipped
+    assert made not in shipped and webhook not in shipped and stores not in shipped
     listed = subprocess.run(
         [Path(sys.executable).parent / "ansible-inventory", "-i", folder, "--list"],
         capture_output=True, text=True, check=True, cwd=folder,
