@@ -236,15 +236,40 @@ def resolver(path: str) -> str | None:
         return None
 
 
-async def start_proxy(proxy: DockerProxy, socket_path: str, group: int | None) -> asyncio.Server:
+@dataclass
+class Listening:
+    """The proxy's listening socket and the connections it is serving. `close` ends both: a connection left to the
+    event loop's end (asyncio's server does not wait for them before 3.12) is destroyed pending, its sockets open."""
+
+    server: asyncio.Server
+    serving: set[asyncio.Task[Any]]
+
+    async def close(self) -> None:
+        self.server.close()
+        for task in self.serving:
+            task.cancel()
+        await asyncio.gather(*self.serving, return_exceptions=True)
+        await self.server.wait_closed()
+
+
+async def start_proxy(proxy: DockerProxy, socket_path: str, group: int | None) -> Listening:
     """Listening on socket_path, 0660, the worker's group owning it (who may ask)."""
+    serving: set[asyncio.Task[Any]] = set()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            serving.add(task)
+            task.add_done_callback(serving.discard)
+        await proxy.serve(reader, writer)
+
     place = Path(socket_path)
     place.unlink(missing_ok=True)
-    server = await asyncio.start_unix_server(proxy.serve, socket_path, limit=HEAD_MAX)
+    server = await asyncio.start_unix_server(serve, socket_path, limit=HEAD_MAX)
     place.chmod(0o660)
     if group is not None:
         os.chown(socket_path, -1, group)
-    return server
+    return Listening(server, serving)
 
 
 async def run_proxy(proxy: DockerProxy, socket_path: str, group: int | None) -> None:
@@ -252,11 +277,11 @@ async def run_proxy(proxy: DockerProxy, socket_path: str, group: int | None) -> 
     from pi_dispatch.infra.sdnotify import notify
     from pi_dispatch.infra.signals import until_stop_signal
 
-    server = await start_proxy(proxy, socket_path, group)
+    listening = await start_proxy(proxy, socket_path, group)
     proxy.log("docker_proxy_started", {"socket": socket_path})
     notify("READY=1")
     try:
         await until_stop_signal()
     finally:
         notify("STOPPING=1")
-        server.close()
+        await listening.close()

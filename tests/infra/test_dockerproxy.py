@@ -41,12 +41,11 @@ def proxied(tmp_path: Path) -> Iterator[tuple[Path, Path, Recorder]]:
 
     def run() -> None:
         async def serve() -> None:
-            server = await start_proxy(proxy, str(place), None)
+            listening = await start_proxy(proxy, str(place), None)
             try:
                 await asyncio.to_thread(stop.wait)
             finally:
-                server.close()
-                await server.wait_closed()
+                await listening.close()
 
         loop.run_until_complete(serve())
         loop.run_until_complete(loop.shutdown_asyncgens())
@@ -232,3 +231,22 @@ def test_no_request_rides_behind_an_allowed_one(
     except docker.errors.NotFound:
         pass
     assert b" 201 " not in answered, answered[:300]
+
+
+async def test_closing_the_proxy_ends_the_connections_it_is_serving(tmp_path: Path) -> None:
+    """A connection still being served when the proxy stops (SIGTERM, a test's end) is ended with it, never left
+    to the event loop's end, where it was destroyed pending with its sockets open."""
+    place = tmp_path / "docker.sock"
+    proxy = DockerProxy(CreateJudge(str(tmp_path), resolver), DOCKER, Recorder())
+    listening = await start_proxy(proxy, str(place), None)
+    reader, writer = await asyncio.open_unix_connection(str(place))
+    try:
+        writer.write(b"GET /version HTTP/1.1\r\nHost: docker\r\n")  # a head that never ends: served, waiting
+        await writer.drain()
+        while not listening.serving:
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(listening.close(), CEILING_S)
+        assert listening.serving == set()
+        assert await asyncio.wait_for(reader.read(), CEILING_S) == b""  # the proxy closed its end
+    finally:
+        writer.close()
