@@ -13,15 +13,18 @@ WATCHDOG_SHARE: Final = 3  # feed the watchdog three times per WatchdogSec
 
 
 def notify(message: str) -> bool:
-    """Send one state line to systemd; False when not under a notify unit or the socket refuses it."""
+    """Send one state line to systemd; False when not under a notify unit, or the socket refuses it or is full.
+    Never waits: it is sent from the event loop, which a reader that stopped reading would otherwise block for good
+    (a datagram socket queues only a few unread ones)."""
     address = os.environ.get("NOTIFY_SOCKET", "")
     if not address:
         return False
     target = "\0" + address[1:] if address.startswith("@") else address  # an abstract socket
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+            sender.setblocking(False)
             sender.connect(target)
-            sender.sendall(message.encode())
+            sender.send(message.encode())
     except OSError:
         return False
     return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import pytest
 
 from pi_dispatch.infra.sdnotify import WATCHDOG_SHARE, notify, watchdog_interval_s
 from tests.support.workers import start_worker_process, worker_env
+
+CEILING_S = 30.0  # only a hang reaches it
 
 
 def listening(path: str) -> socket.socket:
@@ -30,6 +33,22 @@ def test_a_state_line_reaches_the_notify_socket(tmp_path: Path, monkeypatch: pyt
         assert notify("READY=1") is True
         assert receiver.recv(256) == b"READY=1"
     assert notify("WATCHDOG=1") is False  # the socket is gone: refused, never raised
+
+
+def test_a_notify_socket_nobody_reads_never_blocks_the_sender(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the reader's queue is full the line is dropped, never waited on: the worker sends from its event loop,
+    which a blocked send froze for good (a test whose loop was busy elsewhere hung there, unread)."""
+    path = str(tmp_path / "notify")
+    monkeypatch.setenv("NOTIFY_SOCKET", path)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as receiver:
+        receiver.bind(path)
+        sent: list[bool] = []
+        sender = threading.Thread(target=lambda: sent.extend(notify(f"STATUS={i}") for i in range(1000)), daemon=True)
+        sender.start()
+        sender.join(CEILING_S)
+        assert not sender.is_alive() and len(sent) == 1000
+        assert sent[0] and not sent[-1]  # the first ones queued, the rest dropped
+        assert receiver.recv(64) == b"STATUS=0"
 
 
 def test_an_abstract_notify_socket_is_reached_too(monkeypatch: pytest.MonkeyPatch) -> None:
