@@ -48,7 +48,7 @@ from pi_dispatch.testing.fleetprocs import Fleet, Overlaps
 from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
 from pi_dispatch.testing.services import PrivateDocker
 from pi_dispatch.testing.stalling import StallingRelay
-from pi_dispatch.worker.containers import LABEL_HOST
+from pi_dispatch.worker.run.containers import LABEL_HOST
 
 GOAL_S = 180.0
 

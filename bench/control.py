@@ -35,7 +35,7 @@ from bullmq import Queue
 from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE, build_example_image
 from pi_dispatch.testing.jobs import forge_job
 from pi_dispatch.testing.services import UNCAPPED, RedisServer
-from pi_dispatch.worker.containers import LABEL_JOB
+from pi_dispatch.worker.run.containers import LABEL_JOB
 
 TICKS = 5
 

@@ -33,7 +33,7 @@ from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.triggers.file import Trigger, parse_triggers
 from pi_dispatch.triggers.schedules import LOCAL_JOB_NAME, LOCAL_JOB_OPTIONS, schedules_of
-from pi_dispatch.worker.cron import CronSchedules
+from pi_dispatch.worker.host.cron import CronSchedules
 
 QUEUE = "pi-jobs@bench"
 

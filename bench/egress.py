@@ -40,8 +40,7 @@ from docker.types import IPAMConfig, IPAMPool
 from pi_dispatch.core.egress import parse_allowlist
 from pi_dispatch.demo.jobimage import EXAMPLE_IMAGE, build_example_image
 from pi_dispatch.infra.squid import ProxyPlace, squid_config
-from pi_dispatch.worker.egressproxy import answers, squid_binary
-from pi_dispatch.worker.jobnetwork import (
+from pi_dispatch.worker.gates.jobnetwork import (
     NO_RESOLVER,
     apply_rules,
     drop_rules,
@@ -49,6 +48,7 @@ from pi_dispatch.worker.jobnetwork import (
     ensure_network,
     gateway_of,
 )
+from pi_dispatch.worker.host.egressproxy import answers, squid_binary
 
 SUBNET = "203.0.113.128/26"  # documentation addresses only
 NAME = "bench.example"

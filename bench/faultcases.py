@@ -33,8 +33,8 @@ from pi_dispatch.core.names import record_stem
 from pi_dispatch.demo.store import free_port
 from pi_dispatch.testing.fleetprocs import Fleet
 from pi_dispatch.testing.services import RedisServer, worker_process_env
-from pi_dispatch.worker.history import read_records
-from pi_dispatch.worker.jobnetwork import IPTABLES, denied_ranges, rules_for
+from pi_dispatch.worker.after.history import read_records
+from pi_dispatch.worker.gates.jobnetwork import IPTABLES, denied_ranges, rules_for
 
 
 @dataclass

@@ -50,7 +50,7 @@ from pi_dispatch.core.descriptors import descriptors_needed
 from pi_dispatch.demo.store import free_port
 from pi_dispatch.testing.failover import SECRET, TRIGGERS, delivery  # the failover bench's deliveries
 from pi_dispatch.testing.services import RedisServer
-from pi_dispatch.worker.history import read_records
+from pi_dispatch.worker.after.history import read_records
 
 LATENCY_GOAL_S = 1.0
 LEGIT_DELIVERIES = 40
@@ -547,8 +547,8 @@ async def clock_skew(workdir: Path, _sockets: int, round_number: int) -> Outcome
     from pi_dispatch.infra.valkey import fleet_id
     from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
     from pi_dispatch.testing.services import worker_process_env
-    from pi_dispatch.worker.containers import ContainerRuntime
     from pi_dispatch.worker.lifecycle import Worker
+    from pi_dispatch.worker.run.containers import ContainerRuntime
 
     server = RedisServer(workdir)
     server.start()

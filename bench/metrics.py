@@ -31,9 +31,9 @@ from pi_dispatch.demo.store import EmbeddedValkey, free_port
 from pi_dispatch.infra.events import discard
 from pi_dispatch.testing.jobs import forge_job
 from pi_dispatch.testing.services import UNCAPPED
-from pi_dispatch.worker.containers import ContainerRuntime
 from pi_dispatch.worker.lifecycle import Worker
 from pi_dispatch.worker.metrics import WorkerMetrics
+from pi_dispatch.worker.run.containers import ContainerRuntime
 
 
 class Scraper(threading.Thread):

@@ -45,7 +45,7 @@ from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
 from pi_dispatch.testing.services import RedisServer, worker_process_env
-from pi_dispatch.worker.history import read_records
+from pi_dispatch.worker.after.history import read_records
 
 HOSTS = {"a": ({"prod"}, 2), "b": ({"prod", "ops"}, 2), "c": (set(), 3), "d": ({"ops"}, 1)}
 GOAL_MAKESPAN, GOAL_WAIT = 1.10, 1.25

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pi_dispatch.core.capabilities import RouteTable, route_forge_job
+from pi_dispatch.core.routing import RouteTable, route_forge_job
 from pi_dispatch.testing.seed import extract_seed_modules, node_binary
 
 REPO = Path(__file__).resolve().parent.parent

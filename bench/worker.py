@@ -35,8 +35,8 @@ from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.jobs import forge_job
 from pi_dispatch.testing.services import UNCAPPED
-from pi_dispatch.worker.containers import ContainerRuntime
 from pi_dispatch.worker.lifecycle import Worker
+from pi_dispatch.worker.run.containers import ContainerRuntime
 
 
 def bare_docker_runs(image: str, count: int, folder: Path) -> list[float]:

@@ -109,18 +109,28 @@ def _unknown_findings(fleet: Sequence[FleetHost], live: Mapping[str, Mapping[str
     """Rows of workers no inventory declares, and nameless workers among peers (host routing is off there)."""
     known = {host.worker_name for host in fleet}
     findings = [
-        Finding("host-unknown", f"worker {name}", "publishes a row but is in no inventory",
-                "add it to the inventory, or stop it", (name,))
+        Finding(
+            "host-unknown",
+            f"worker {name}",
+            "publishes a row but is in no inventory",
+            "add it to the inventory, or stop it",
+            (name,),
+        )
         for name in sorted(live)
         if name not in known
-    ]  # fmt: skip
+    ]
     if len(live) > 1:
         findings += [
-            Finding("peer-undeclared", f"worker {name}", f"has peers but no PI_WORKER_NAME, {UNROUTED}",
-                    "set pi_dispatch_worker_name for it and roll out", (name,))
+            Finding(
+                "peer-undeclared",
+                f"worker {name}",
+                f"has peers but no PI_WORKER_NAME, {UNROUTED}",
+                "set pi_dispatch_worker_name for it and roll out",
+                (name,),
+            )
             for name, row in sorted(live.items())
             if not FleetHost.of_row(row).declared
-        ]  # fmt: skip
+        ]
     return findings
 
 
@@ -168,18 +178,27 @@ def draining_findings(
     and the oldest job waiting on its queue."""
     oldest = {queue.host: queue.oldest_waiting_ms for queue in queues}
     findings = [
-        Finding("host-draining", f"worker {row.get('name')}", "is draining: routers leave it out and it takes no job",
-                f"pi-dispatch resume {row.get('name')} when it may take work again", (str(row.get("name")),))
+        Finding(
+            "host-draining",
+            f"worker {row.get('name')}",
+            "is draining: routers leave it out and it takes no job",
+            f"pi-dispatch resume {row.get('name')} when it may take work again",
+            (str(row.get("name")),),
+        )
         for row in live_rows
         if is_draining(row)
-    ]  # fmt: skip
+    ]
     findings += [
-        Finding("host-unhealthy", f"worker {row.get('name')}", f"takes no job: {reason}",
-                "what its reason names; `pi-dispatch config check --live` on the host names each cause",
-                (str(row.get("name")),))
+        Finding(
+            "host-unhealthy",
+            f"worker {row.get('name')}",
+            f"takes no job: {reason}",
+            "what its reason names; `pi-dispatch config check --live` on the host names each cause",
+            (str(row.get("name")),),
+        )
         for row in live_rows
         if (reason := unhealthy_reason(row))
-    ]  # fmt: skip
+    ]
     for row in live_rows:
         if (drain := not_draining(row, now_ms)) is None:
             continue

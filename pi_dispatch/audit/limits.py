@@ -22,9 +22,16 @@ from pi_dispatch.core.dollarplan import FPUSD_ROW_FIELD, spend_groups
 from pi_dispatch.infra.valkey import reply_text
 
 CAPS = (
-    "daily_cap", "weekly_cap", "monthly_cap", "soft_hold_pct", "daily_token_cap", "max_cost_usd", "daily_cost_usd",
-    "weekly_cost_usd", "monthly_cost_usd",
-)  # fmt: skip
+    "daily_cap",
+    "weekly_cap",
+    "monthly_cap",
+    "soft_hold_pct",
+    "daily_token_cap",
+    "max_cost_usd",
+    "daily_cost_usd",
+    "weekly_cost_usd",
+    "monthly_cost_usd",
+)
 FILES = ("scoped_limits", "pause_windows")
 
 
@@ -60,14 +67,18 @@ def _differing_names(what: Mapping[str, str], subject: str, fix: str, code: str 
 def limit_findings(hosts: Sequence[InventoryHost]) -> list[Finding]:
     """Caps, scoped limits or pause windows that differ between the fleet's workers."""
     findings = _differing(
-        hosts, "caps", {host.name: _caps(host) for host in hosts},
+        hosts,
+        "caps",
+        {host.name: _caps(host) for host in hosts},
         "declare the caps once for every worker (group_vars: pi_dispatch_worker_daily_cap and the others)",
-    )  # fmt: skip
+    )
     for name in FILES:
         findings += _differing(
-            hosts, f"pi_dispatch_worker_{name}", {host.name: _file(host, name) for host in hosts},
+            hosts,
+            f"pi_dispatch_worker_{name}",
+            {host.name: _file(host, name) for host in hosts},
             f"declare pi_dispatch_worker_{name} once, in group_vars, so every host reads the same",
-        )  # fmt: skip
+        )
     return findings
 
 
@@ -88,7 +99,9 @@ def spend_findings(live_rows: Sequence[Mapping[str, object]]) -> list[Finding]:
     if not groups:
         return []
     said = "; ".join(f"{', '.join(names)}: {fingerprint}" for fingerprint, names in groups.items())
-    fix = ("declare pi_dispatch_worker_max_cost_usd, the dollar windows and the dollar rows once for every worker "
-           "(group_vars), and upgrade hosts that publish none")  # fmt: skip
+    fix = (
+        "declare pi_dispatch_worker_max_cost_usd, the dollar windows and the dollar rows once for every worker "
+        "(group_vars), and upgrade hosts that publish none"
+    )
     hosts = tuple(sorted(name for names in groups.values() for name in names))
     return [Finding("spend-differs", "dollar caps (fpUsd)", said, fix, hosts)]

@@ -32,6 +32,7 @@ from pi_dispatch.config.rolevars import declared_whole
 from pi_dispatch.core.capabilities import CAP_SECRET, DEFAULT_SECRET_TOKEN, job_needs, need_label, profile_variable
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.core.rehoming import rehome_after_ms
+from pi_dispatch.core.routing import ABSTAIN_ALL_CAPABLE, ABSTAIN_NO_NEEDS, ABSTAIN_NONE_CAPABLE, RouteTable
 from pi_dispatch.fleet.hosts import FleetHost, HostQueue
 from pi_dispatch.fleet.registry import InvalidRow
 from pi_dispatch.fleet.steal import Waiting
@@ -66,6 +67,7 @@ class _Placement:
         self.liveness = liveness
         self.up = [host for host in fleet if host.name not in down]
         self.declared_anywhere = frozenset().union(*(host.tokens for host in fleet))
+        self.table = RouteTable([(frozenset(host.tokens), host.name, host.declared) for host in self.up])
         self.memo: dict[tuple[str, ...], list[Verdict]] = {}
 
     def classify(self, needs: tuple[str, ...]) -> list[Verdict]:
@@ -107,11 +109,11 @@ class _Placement:
         return out
 
     def _placed(self, needs: tuple[str, ...]) -> Verdict:
-        """Where the jobs of needs every one of which some live host serves can run, and how they get there."""
-        capable = [host for host in self.up if all(need in host.tokens for need in needs)]
-        names = tuple(host.name for host in capable)
+        """Where the jobs of needs every one of which some live host serves can run, and how they get there: the
+        router's own decision (`core/routing.py`) over the hosts that are up, as each declares itself."""
+        chosen = self.table.candidates(needs)
         profile = ",".join(needs)
-        if not capable:
+        if chosen.abstention == ABSTAIN_NONE_CAPABLE:
             return (
                 "needs-split",
                 f"needs {', '.join(map(need_label, needs))}, but no single host that is up has all of them",
@@ -119,34 +121,35 @@ class _Placement:
                 (),
                 profile,
             )
-        if len(capable) == len(self.up):
+        if chosen.abstention in {ABSTAIN_ALL_CAPABLE, ABSTAIN_NO_NEEDS}:
             return (
                 "profile-everywhere",
                 "every host declares what it needs, so it stays on the shared queue",
                 "",
-                names,
+                chosen.capable,
                 profile,
             )
-        routable = tuple(host.name for host in capable if host.declared)
-        if not routable:
+        names = ", ".join(chosen.capable)
+        if chosen.abstention is not None:
             return (
                 "profile-unroutable",
-                f"only {', '.join(names)} can serve it and none declares a worker name, so it stays on "
+                f"only {names} can serve it and none declares a worker name, so it stays on "
                 "the shared queue and hosts without the profile refuse it when they win the pop",
-                f"give {', '.join(names)} a pi_dispatch_worker_name",
-                names,
+                f"give {names} a pi_dispatch_worker_name",
+                chosen.capable,
                 profile,
             )
-        if len(routable) == 1:
-            live = f" ({self.liveness[routable[0]]})" if routable[0] in self.liveness else ""
+        if len(chosen.routable) == 1:
+            only = chosen.routable[0]
+            live = f" ({self.liveness[only]})" if only in self.liveness else ""
             return (
                 "profile-single-host",
-                f"only {routable[0]} can take it{live}: a single point of failure",
+                f"only {only} can take it{live}: a single point of failure",
                 "declare the profile on a second named host",
-                routable,
+                chosen.routable,
                 profile,
             )
-        return ("profile-routed", f"routed among {', '.join(routable)}", "", routable, profile)
+        return ("profile-routed", f"routed among {', '.join(chosen.routable)}", "", chosen.routable, profile)
 
 
 def _placement_findings(

@@ -33,7 +33,11 @@ def actions(
     table = Table("at", "who", "via", "action", "target", "outcome", box=None, pad_edge=False)
     for action in found:
         table.add_row(
-            iso_string(action.at_ms), escape(action.who), action.via, escape(action.what), escape(action.target),
+            iso_string(action.at_ms),
+            escape(action.who),
+            action.via,
+            escape(action.what),
+            escape(action.target),
             escape(action.outcome),
-        )  # fmt: skip
+        )
     console.print(table if found else "no action in the trail")

@@ -52,9 +52,9 @@ def config_check(
     """Validate the worker's configuration: prints OK or every problem; exit 0 or 2 (1 when --live finds a fault)."""
     from pi_dispatch.config.worker_settings import load_settings
     from pi_dispatch.triggers.schedules import load_cron
-    from pi_dispatch.worker.egressproxy import egress_plan
-    from pi_dispatch.worker.limits import absent_limit_files, read_limit_files
-    from pi_dispatch.worker.preflight import live_checks
+    from pi_dispatch.worker.gates.limits import absent_limit_files, read_limit_files
+    from pi_dispatch.worker.host.egressproxy import egress_plan
+    from pi_dispatch.worker.host.preflight import live_checks
 
     with problems_as_json(as_json):
         settings = load_settings(env_file)
@@ -90,7 +90,7 @@ def _public_suffix_wildcards(settings: WorkerSettings, env_file: Path | None, pl
     """Each entry of this host's allowlists that covers a public suffix, said with where it is and the fix."""
     from pi_dispatch.core.egress import ALLOWLIST_VARIABLE
     from pi_dispatch.infra.publicsuffix import WILDCARD_FIX, public_suffix_wildcards
-    from pi_dispatch.worker.egressproxy import PROFILES_VARIABLE, allowlist_path, read_allowlist
+    from pi_dispatch.worker.host.egressproxy import PROFILES_VARIABLE, allowlist_path, read_allowlist
 
     lists = {f"{PROFILES_VARIABLE} entry {name!r}": allowlist for name, allowlist in plan.lists.items()}
     if settings.egress_network is not None:

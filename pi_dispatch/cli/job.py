@@ -64,7 +64,7 @@ async def _print_logs(
     client: Any, job_id: str, attempt: int | None, follow: bool, tail: int | None, logs_dir: Path
 ) -> int:
     from pi_dispatch.console.jobview import print_output
-    from pi_dispatch.worker.output import read_attempt_output
+    from pi_dispatch.worker.run.output import read_attempt_output
 
     stem = record_stem(job_id)
     if attempt is None:

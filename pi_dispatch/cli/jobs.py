@@ -45,9 +45,9 @@ def route(
 ) -> None:
     """Which queue this job would go to, and for every host why it was or was not chosen."""
     from pi_dispatch.cli.reads import read_registry, store_address
-    from pi_dispatch.core.capabilities import explain_route
     from pi_dispatch.core.jobs import JobIdError, forge_delivery_job_id
     from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
+    from pi_dispatch.core.routing import explain_route
     from pi_dispatch.fleet.hosts import FleetHost, heartbeat_row, routing_view
     from pi_dispatch.fleet.inventory import load_inventory
 

@@ -34,7 +34,7 @@ def limits(env_file: EnvFileOption = None, url: ValkeyUrlOption = None, as_json:
     from pi_dispatch.fleet.snapshot import registry_now
     from pi_dispatch.infra.clock import wall_ms
     from pi_dispatch.infra.valkey import STORE_FAULTS, describe
-    from pi_dispatch.worker.limits import read_limit_files
+    from pi_dispatch.worker.gates.limits import read_limit_files
 
     settings = load_settings(env_file)
     scoped, _ = read_limit_files(settings)
@@ -45,8 +45,15 @@ def limits(env_file: EnvFileOption = None, url: ValkeyUrlOption = None, as_json:
             live = await registry_now(client)
             rows = getattr(live, "hosts", [])  # an unreadable registry: the windows still read
             caps = settings.job_caps
-            return await read_limits(client, caps, settings.daily_token_cap, scoped, rows=rows, now_ms=wall_ms(),
-                                     dollars=settings.dollar_caps)  # fmt: skip
+            return await read_limits(
+                client,
+                caps,
+                settings.daily_token_cap,
+                scoped,
+                rows=rows,
+                now_ms=wall_ms(),
+                dollars=settings.dollar_caps,
+            )
         except STORE_FAULTS as error:
             return describe(error)
 
@@ -89,7 +96,9 @@ def show(view: LimitsView) -> None:
     elif said:
         console.print(f"{len(said)} live hosts run with the same limits")
     if view.spend_differs:
-        console.print("[yellow]live hosts cap dollars differently[/yellow] (fpUsd): " + ", ".join(
-            f"{escape(name)} {fp or 'none'}" for name, fp in sorted(view.spend.items())))  # fmt: skip
+        console.print(
+            "[yellow]live hosts cap dollars differently[/yellow] (fpUsd): "
+            + ", ".join(f"{escape(name)} {fp or 'none'}" for name, fp in sorted(view.spend.items()))
+        )
     if view.open_holds:
         console.print(f"{view.open_holds} dollar holds open (runs under way, or a dead worker's, settled by its lease)")

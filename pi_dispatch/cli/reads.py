@@ -21,7 +21,7 @@ from pi_dispatch.fleet.registry import LiveHosts, Unreachable, read_live_hosts
 from pi_dispatch.fleet.snapshot import registry_now
 from pi_dispatch.infra.store import StoreAddress, store_from_environ
 from pi_dispatch.infra.valkey import describe
-from pi_dispatch.worker.history import read_records_counted
+from pi_dispatch.worker.after.history import read_records_counted
 
 
 def store_address(option: str | None) -> StoreAddress:
@@ -82,8 +82,8 @@ class Enqueue:
 
 def enqueue_job(store: StoreAddress, kind: str, data: dict[str, Any]) -> Enqueue:
     """Route and add one forge job, unless its id is already in a queue. A bad delivery is a ConfigError."""
-    from pi_dispatch.core.capabilities import explain_route
     from pi_dispatch.core.jobs import JobIdError
+    from pi_dispatch.core.routing import explain_route
     from pi_dispatch.fleet.enqueue import Enqueuer, forge_job_options, store_router
     from pi_dispatch.fleet.locate import candidate_queues, locate
 
@@ -146,7 +146,7 @@ def job_attempts(logs_dir: Path, store: StoreAddress, job_id: str) -> list[Any]:
     """Every attempt of one job: the fleet's list in the store, else this host's own."""
     from pi_dispatch.core.names import record_stem
     from pi_dispatch.fleet.jobhistory import read_attempts
-    from pi_dispatch.worker.history import read_attempt_records
+    from pi_dispatch.worker.after.history import read_attempt_records
 
     stored = on_store(store, lambda client: read_attempts(client, record_stem(job_id)))
     return list(stored) or read_attempt_records(logs_dir, job_id)

@@ -1,8 +1,9 @@
-"""`pi-dispatch worker`: this host's worker, until SIGTERM (its run is `worker/entry.py`); `pi-dispatch job-network`:
-the network its jobs join, kept off the host and the LAN (`worker/jobnetwork.py`); `pi-dispatch egress-proxy`: the
-proxy that is their one way out when egress is on (`worker/egressproxy.py`); `pi-dispatch runtime-reap`: what a
-failed runsc start left behind (`worker/runtimereap.py`); `pi-dispatch docker-proxy`: the only way its worker reaches
-Docker, when the role puts one in front (`infra/dockerproxy.py`)."""
+"""`pi-dispatch worker`: this host's worker, until SIGTERM (its run is `worker/entry.py`);
+`pi-dispatch job-network`: the network its jobs join, kept off the host and the LAN (`worker/gates/jobnetwork.py`);
+`pi-dispatch egress-proxy`: the proxy that is their one way out when egress is on (`worker/host/egressproxy.py`);
+`pi-dispatch runtime-reap`: what a failed runsc start left behind (`worker/host/runtimereap.py`);
+`pi-dispatch docker-proxy`: the only way its worker reaches Docker, when the role puts one in front
+(`infra/dockerproxy.py`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import typer
 
 from pi_dispatch.core.egress import EGRESS_BRIDGE, EGRESS_NETWORK, PROXY_STATE_DIR, proxy_state_dir
 from pi_dispatch.infra.units import ENV_FILE_OPTION
-from pi_dispatch.worker.jobnetwork import DEFAULT_BRIDGE, DEFAULT_NETWORK
+from pi_dispatch.worker.gates.jobnetwork import DEFAULT_BRIDGE, DEFAULT_NETWORK
 
 
 def worker(
@@ -47,7 +48,7 @@ def job_network(
 
     from pi_dispatch.cli.common import console
     from pi_dispatch.core.errors import ConfigError, Problem
-    from pi_dispatch.worker.jobnetwork import (
+    from pi_dispatch.worker.gates.jobnetwork import (
         JobNetworkError,
         apply_rules,
         denied_ranges,
@@ -117,7 +118,8 @@ def egress_proxy(
 
     from pi_dispatch.cli.common import console
     from pi_dispatch.config.worker_settings import load_settings
-    from pi_dispatch.worker.egressproxy import (
+    from pi_dispatch.worker.gates.jobnetwork import JobNetworkError
+    from pi_dispatch.worker.host.egressproxy import (
         EgressPlace,
         allowlist_path,
         egress_plan,
@@ -126,7 +128,6 @@ def egress_proxy(
         read_allowlist,
         run_squid,
     )
-    from pi_dispatch.worker.jobnetwork import JobNetworkError
 
     settings = load_settings(env_file) if env_file is not None or not check else None
     network = name or (settings.egress_network if settings is not None else None) or EGRESS_NETWORK
@@ -165,7 +166,7 @@ def runtime_reap() -> None:
     import docker
 
     from pi_dispatch.cli.common import console
-    from pi_dispatch.worker.runtimereap import ReapError, reap_runsc
+    from pi_dispatch.worker.host.runtimereap import ReapError, reap_runsc
 
     client = _docker_or_exit("runtime reap")
     try:

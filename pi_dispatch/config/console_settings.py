@@ -40,8 +40,9 @@ from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL
 
 ROLES: Final = ("read", "operate")
 LOGIN: Final = r"[a-z][a-z0-9_.-]{0,31}:(?:read|operate):[0-9a-f]{64}"
-_LOGINS = TextForm(pattern=f"|{LOGIN}(?:,{LOGIN}){{0,63}}", what="name:role:sha256 entries separated by commas",
-                   secret=True)  # fmt: skip
+_LOGINS = TextForm(
+    pattern=f"|{LOGIN}(?:,{LOGIN}){{0,63}}", what="name:role:sha256 entries separated by commas", secret=True
+)
 _BIND = TextForm(pattern=r"[A-Za-z0-9.:%_\[\]-]{1,255}", what="a listen address such as 127.0.0.1")
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
 _HOSTS = TextForm(pattern=f"|{_NAME}(?:,{_NAME}){{0,31}}", what="host names separated by commas, or empty")
@@ -195,7 +196,11 @@ def render_console_env(host_vars: Mapping[str, object], host: str) -> str:
             continue
         values[str(fields[field].validation_alias)] = form_of(fields[field]).env_text(value)
     if unknown:
-        raise ConfigError([Problem(name, "is not a console setting", "inventory", "see schemas/console-env.schema.json")
-                           for name in unknown])  # fmt: skip
+        raise ConfigError(
+            [
+                Problem(name, "is not a console setting", "inventory", "see schemas/console-env.schema.json")
+                for name in unknown
+            ]
+        )
     header = f"Rendered by pi-dispatch from the inventory for the console on {host}; a rollout overwrites edits."
     return render_env(values, header)

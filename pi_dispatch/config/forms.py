@@ -166,8 +166,12 @@ class UsdForm(TextForm):
         return (str, int, float, type(None))
 
     def host_schema(self, bounds: Bounds) -> dict[str, Any]:
-        return {"type": ["string", "number", "null"], "pattern": schema_pattern(self.pattern),
-                "exclusiveMinimum": 0, "maximum": MAX_MICROS // MICROS_PER_USD}  # fmt: skip
+        return {
+            "type": ["string", "number", "null"],
+            "pattern": schema_pattern(self.pattern),
+            "exclusiveMinimum": 0,
+            "maximum": MAX_MICROS // MICROS_PER_USD,
+        }
 
     def env_text(self, value: object) -> str:
         micros = parse_usd_micros(value)

@@ -30,13 +30,21 @@ class LimitSettings(DeclaredSettings):
         "a whole number, 1 or more (the fleet's starts a day)",
     )
     weekly_cap: OptionalWhole = setting(
-        "PI_WEEKLY_CAP", None, "Container starts a UTC week (from Monday), fleet-wide. Empty: not counted.", CAP_FIX,
-        ge=1, le=WHOLE_MAX,
-    )  # fmt: skip
+        "PI_WEEKLY_CAP",
+        None,
+        "Container starts a UTC week (from Monday), fleet-wide. Empty: not counted.",
+        CAP_FIX,
+        ge=1,
+        le=WHOLE_MAX,
+    )
     monthly_cap: OptionalWhole = setting(
-        "PI_MONTHLY_CAP", None, "Container starts a UTC month, fleet-wide. Empty: not counted.", CAP_FIX,
-        ge=1, le=WHOLE_MAX,
-    )  # fmt: skip
+        "PI_MONTHLY_CAP",
+        None,
+        "Container starts a UTC month, fleet-wide. Empty: not counted.",
+        CAP_FIX,
+        ge=1,
+        le=WHOLE_MAX,
+    )
     soft_hold_pct: OptionalWhole = setting(
         "PI_SOFT_HOLD_PCT",
         None,
@@ -65,13 +73,17 @@ class LimitSettings(DeclaredSettings):
         "an amount such as 2.50, or empty for none",
     )
     daily_cost_usd: UsdMicros = setting(
-        "PI_DAILY_COST_USD", None, f"US dollars a UTC day, fleet-wide (budget:usd:YYYY-MM-DD). {USD_WINDOW_HELP}",
+        "PI_DAILY_COST_USD",
+        None,
+        f"US dollars a UTC day, fleet-wide (budget:usd:YYYY-MM-DD). {USD_WINDOW_HELP}",
         USD_WINDOW_FIX,
-    )  # fmt: skip
+    )
     weekly_cost_usd: UsdMicros = setting(
-        "PI_WEEKLY_COST_USD", None, f"US dollars a UTC week from Monday, fleet-wide. {USD_WINDOW_HELP}",
+        "PI_WEEKLY_COST_USD",
+        None,
+        f"US dollars a UTC week from Monday, fleet-wide. {USD_WINDOW_HELP}",
         USD_WINDOW_FIX,
-    )  # fmt: skip
+    )
     monthly_cost_usd: UsdMicros = setting(
         "PI_MONTHLY_COST_USD", None, f"US dollars a UTC month, fleet-wide. {USD_WINDOW_HELP}", USD_WINDOW_FIX
     )

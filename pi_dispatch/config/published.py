@@ -126,7 +126,11 @@ def host_vars_schema() -> dict[str, Any]:
 
 def generated(name: str) -> str:
     """A generated schema's text, exactly as it is committed under schemas/."""
-    builders = {"worker-env": worker_env_schema, "host-vars": host_vars_schema, "receiver-env": receiver_env_schema,
-                "console-env": console_env_schema}  # fmt: skip
+    builders = {
+        "worker-env": worker_env_schema,
+        "host-vars": host_vars_schema,
+        "receiver-env": receiver_env_schema,
+        "console-env": console_env_schema,
+    }
     schema = builders[name]()
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"

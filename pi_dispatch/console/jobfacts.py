@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from pi_dispatch.console.plaintext import plain
-from pi_dispatch.core.capabilities import explain_route, with_drains
+from pi_dispatch.core.capabilities import with_drains
 from pi_dispatch.core.jscompat import iso_string
 from pi_dispatch.core.names import record_stem
+from pi_dispatch.core.routing import explain_route
 from pi_dispatch.fleet.jobhistory import Entry, read_attempts, read_entries
 from pi_dispatch.fleet.locate import Located, candidate_queues, locate
 from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
 from pi_dispatch.fleet.snapshot import read_drained
-from pi_dispatch.worker.history import read_attempt_records
+from pi_dispatch.worker.after.history import read_attempt_records
 
 
 async def read_job_facts(client: Any, job_id: str, logs_dir: Path | None) -> dict[str, Any]:

@@ -53,8 +53,12 @@ def print_report(console: Console, report: Report) -> None:
         for code, count in shown.items():
             if count > FINDINGS_PER_CODE:
                 more = f"{count - FINDINGS_PER_CODE} more like the {FINDINGS_PER_CODE} above"
-                table.add_row(visible(code, 2_000), Text(more), Text("the same finding on other subjects"),
-                              Text("--json lists every one"))  # fmt: skip
+                table.add_row(
+                    visible(code, 2_000),
+                    Text(more),
+                    Text("the same finding on other subjects"),
+                    Text("--json lists every one"),
+                )
         show(console, keep_whole(table, "code"))
     if report.accepted:
         console.print(visible(f"accepted on purpose, not counted: {', '.join(sorted(report.accepted))}", 2_000))

@@ -104,12 +104,23 @@ class FrameReader:
         user = self.address.username if self.address is not None else None
         state = await read_store_state(self.client, self.address, configuration=reads_configuration(user))
         receivers = await read_receivers(self.client, now_ms)
-        limits = await read_limits(self.client, *published_caps(live.hosts), ScopedLimits(), rows=live.hosts,
-                                   now_ms=now_ms)  # fmt: skip
+        limits = await read_limits(
+            self.client, *published_caps(live.hosts), ScopedLimits(), rows=live.hosts, now_ms=now_ms
+        )
         return Frame(
-            now_ms, self.store, None, live.hosts, live.invalid, read.queues, mirrored.runs, mirrored.degraded, could,
-            state, receivers, limits,
-        )  # fmt: skip
+            now_ms,
+            self.store,
+            None,
+            live.hosts,
+            live.invalid,
+            read.queues,
+            mirrored.runs,
+            mirrored.degraded,
+            could,
+            state,
+            receivers,
+            limits,
+        )
 
 
 def _ago(now_ms: int, at: object) -> str:

@@ -79,8 +79,11 @@ def host_usd_fingerprint(job_cap: int | None, fleet: WindowCaps, scoped: ScopedL
     """This host's `fpUsd`: its dollar settings, its dollar rows by their key prefix, and the model rows a job with
     no list of its own reserves in (all of them: this build has no PI_ALLOWED_MODELS)."""
     settings: dict[str, Amount] = {
-        "maxCostUsd": job_cap, "dailyCostUsd": fleet.day, "weeklyCostUsd": fleet.week, "monthlyCostUsd": fleet.month,
-    }  # fmt: skip
+        "maxCostUsd": job_cap,
+        "dailyCostUsd": fleet.day,
+        "weeklyCostUsd": fleet.week,
+        "monthlyCostUsd": fleet.month,
+    }
     rows: Sequence[Mapping[str, Amount]] = [
         {"counter": row_ledger(row).prefix, **_amounts(row.dollars)} for row in scoped.dollar_rows()
     ]

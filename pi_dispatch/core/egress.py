@@ -29,8 +29,14 @@ DENIED_LOG: Final = "denied.log"  # in it: one line per refusal (`infra/squid.DE
 # What a job is told of its proxy: both spellings (curl reads only the lowercase http_proxy, others the upper),
 # and Node's switch without which its fetch ignores them.
 PROXY_VARIABLES: Final = (
-    "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "NO_PROXY", "no_proxy", "NODE_USE_ENV_PROXY",
-)  # fmt: skip
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "NODE_USE_ENV_PROXY",
+)
 TLS_PORT: Final = 443  # what a bare name's tunnel may reach
 PLAIN_PORT: Final = 80  # what a plain (unencrypted) request to a listed name may reach
 _LABEL: Final = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")

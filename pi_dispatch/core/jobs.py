@@ -99,10 +99,31 @@ def semantic_dedup_id(kind: str, job: Mapping[str, Any]) -> str:
 # A forge job's data keys after `kind`, in the reference's order. Listed rather than copied wholesale: the data
 # is durable and its `trigger` reaches the container, so a field nobody reviewed has no business in it.
 FORGE_DATA_KEYS: Final = (
-    "repo", "projectId", "azure", "target", "flow", "command", "trigger", "provider", "model", "maxTurns",
-    "models", "maxCostUsd", "packages", "image", "backend", "excludeTools", "skillsDir", "instructions",
-    "resume", "secrets", "secretsProfile", "waitFor", "replica", "replicas",
-)  # fmt: skip
+    "repo",
+    "projectId",
+    "azure",
+    "target",
+    "flow",
+    "command",
+    "trigger",
+    "provider",
+    "model",
+    "maxTurns",
+    "models",
+    "maxCostUsd",
+    "packages",
+    "image",
+    "backend",
+    "excludeTools",
+    "skillsDir",
+    "instructions",
+    "resume",
+    "secrets",
+    "secretsProfile",
+    "waitFor",
+    "replica",
+    "replicas",
+)
 
 
 def forge_job_data(kind: str, job: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,9 +24,15 @@ SAFE_INTEGER: Final = 2**53 - 1
 # The exit line's counters that each say the runner could not price all of the run: any one of them absent or not 0
 # and the cost it reports is a floor, not a meter
 FLOOR_COUNTERS: Final = (
-    "unresolved", "unpriced", "boundExceeded", "longContext", "costUnjudged", "costUnanswered", "unmeteredChildren",
+    "unresolved",
+    "unpriced",
+    "boundExceeded",
+    "longContext",
+    "costUnjudged",
+    "costUnanswered",
+    "unmeteredChildren",
     "costUnreported",
-)  # fmt: skip
+)
 METERED, FLOOR = "metered", "floor"
 BASES: Final = frozenset({METERED, FLOOR, "refunded", "unreserved"})
 MODEL_BASES: Final = frozenset({METERED, FLOOR, "refunded"})
@@ -132,9 +138,10 @@ def model_settlement(
         return reserved, FLOOR
     wanted = model.lower()
     costs = [
-        row.get("cost") for row in listed
+        row.get("cost")
+        for row in listed
         if isinstance(row, Mapping) and f"{row.get('provider')}/{row.get('model')}".lower() == wanted
-    ]  # fmt: skip
+    ]
     total = metered_micros(sum(cost for cost in costs if isinstance(cost, int | float)))
     return (total, METERED) if total is not None else (reserved, FLOOR)
 

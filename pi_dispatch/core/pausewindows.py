@@ -47,8 +47,15 @@ class PauseWindow:
     def canonical(self) -> list[object]:
         """The window as what it pauses, for a digest that two hosts reading the same windows share."""
         days = sorted(self.days) if self.days is not None else None
-        return [self.scope, self.start.isoformat(), self.end.isoformat(), self.zone.key, days, str(self.date_from),
-                str(self.date_to)]  # fmt: skip
+        return [
+            self.scope,
+            self.start.isoformat(),
+            self.end.isoformat(),
+            self.zone.key,
+            days,
+            str(self.date_from),
+            str(self.date_to),
+        ]
 
     def starts_on(self, day: date) -> bool:
         if self.days is not None and day.weekday() not in self.days:
@@ -124,16 +131,18 @@ def _window(raw: object, index: int) -> PauseWindow:
     scope = _scope(raw.get("scope"), where)
     start, end = _clock(raw.get("from"), f"{where}.from"), _clock(raw.get("to"), f"{where}.to")
     if start == end:
-        raise PauseWindowsError(f"{where}: from and to are the same time; a window must end (to pause for good, "
-                                "remove the trigger)")  # fmt: skip
+        raise PauseWindowsError(
+            f"{where}: from and to are the same time; a window must end (to pause for good, remove the trigger)"
+        )
     zone_name = raw.get("tz", "UTC")
     try:
         zone = ZoneInfo(zone_name) if isinstance(zone_name, str) and zone_name else None
     except (ZoneInfoNotFoundError, ValueError):
         zone = None
     if zone is None:
-        raise PauseWindowsError(f"{where}.tz: an IANA time zone (Europe/Amsterdam) is required, not "
-                                f"{json.dumps(zone_name)}")  # fmt: skip
+        raise PauseWindowsError(
+            f"{where}.tz: an IANA time zone (Europe/Amsterdam) is required, not {json.dumps(zone_name)}"
+        )
     date_from, date_to = _date(raw.get("dateFrom"), f"{where}.dateFrom"), _date(raw.get("dateTo"), f"{where}.dateTo")
     if date_from is not None and date_to is not None and date_from > date_to:
         raise PauseWindowsError(f"{where}: dateFrom comes after dateTo")

@@ -20,8 +20,10 @@ from pi_dispatch.core.names import PROFILE_NAME_RE
 
 ProfileKind = Literal["secret", "wait", "egress"]
 VARIABLE: Final[dict[ProfileKind, str]] = {
-    "secret": "PI_SECRET_PROFILES", "wait": "PI_WAIT_PROFILES", "egress": "PI_EGRESS_PROFILES",
-}  # fmt: skip
+    "secret": "PI_SECRET_PROFILES",
+    "wait": "PI_WAIT_PROFILES",
+    "egress": "PI_EGRESS_PROFILES",
+}
 SCRIPT_ROLE: Final[dict[ProfileKind, str]] = {"secret": "resolver", "wait": "check", "egress": "allowlist"}
 # A job that binds secrets without naming a profile is resolved through this one (the reference's rule).
 DEFAULT_SECRET_PROFILE: Final = "default"  # noqa: S105 - a profile name, not a secret

@@ -41,8 +41,8 @@ class Reason(StrEnum):
     RUNNER_POLICY = "runner-policy"
     EGRESS_PROXY_MISSING = "egress-proxy-missing"
     EGRESS_PROXY_STOPPED = "egress-proxy-stopped"
-    # the limits the fleet shares with Node hosts (`worker/limits.py`): a window's cap, its hold band, a scope's cap,
-    # the day's tokens; and those only current Node hosts write (dollars, projects, the allocation envelope, the
+    # the limits the fleet shares with Node hosts (`worker/gates/limits.py`): a window's cap, its hold band, a scope's
+    # cap, the day's tokens; and those only current Node hosts write (dollars, projects, the allocation envelope, the
     # runner's own policies), known so their records read back as what they say
     SOFT_HOLD = "soft-hold"
     SCOPE_CAP = "scope-cap"

@@ -22,26 +22,77 @@ EXIT_EVENT: Final = "exit"
 _ANCHOR: Final = '{"event":"'
 # The current worker's ordered token keys: only these survive, numbers only (`metered` a boolean)
 TOKEN_KEYS: Final = (
-    "input", "output", "total", "cost", "metered", "rootTotal", "otherTotal", "looseTotal", "sessions", "calls",
-    "unresolved", "unpriced", "childTotal", "childProcesses", "unmeteredChildren", "costUnreported", "costCapMicros",
-    "costRefused", "boundExceeded", "longContext", "costUnjudged", "costUnanswered", "modelRefused",
-)  # fmt: skip
+    "input",
+    "output",
+    "total",
+    "cost",
+    "metered",
+    "rootTotal",
+    "otherTotal",
+    "looseTotal",
+    "sessions",
+    "calls",
+    "unresolved",
+    "unpriced",
+    "childTotal",
+    "childProcesses",
+    "unmeteredChildren",
+    "costUnreported",
+    "costCapMicros",
+    "costRefused",
+    "boundExceeded",
+    "longContext",
+    "costUnjudged",
+    "costUnanswered",
+    "modelRefused",
+)
 USAGE_COUNTERS: Final = (
-    "calls", "input", "output", "cacheRead", "cacheWrite", "cacheWrite1h", "reasoning", "total", "cost", "unpriced",
-)  # fmt: skip
+    "calls",
+    "input",
+    "output",
+    "cacheRead",
+    "cacheWrite",
+    "cacheWrite1h",
+    "reasoning",
+    "total",
+    "cost",
+    "unpriced",
+)
 # The current model id: `@cf/…`, `~vendor/…` and `_` in Ollama tags admitted, 64 characters at most
 MODEL_REF: Final = re.compile(r"(?=.{1,64}$)[~@]?[a-z0-9][a-z0-9._:/@_-]*")
 _PI_AI_VERSION: Final = re.compile(r"\d+\.\d+\.\d+", re.ASCII)
 MAX_USAGE_ROWS: Final = 9
-SESSION_REASONS: Final = frozenset({
-    "resumed", "absent", "expired", "conversation-too-old", "resume-chain-too-long", "context-too-full",
-    "compaction-summary-empty", "too-large", "unparseable", "not-a-regular-file", "key-not-a-directory",
-    "transcript-diverted", "venue-changed", "pi-version-changed", "transcript-replaced", "locked", "promote-failed",
-    "disabled",
-})  # fmt: skip
-RUNNER_POLICY_REASONS: Final = frozenset({
-    "provider-auth-refused", "cost-cap", "model-not-allowed", "cost-cap-unenforceable", "model-policy-unenforceable",
-})  # fmt: skip
+SESSION_REASONS: Final = frozenset(
+    {
+        "resumed",
+        "absent",
+        "expired",
+        "conversation-too-old",
+        "resume-chain-too-long",
+        "context-too-full",
+        "compaction-summary-empty",
+        "too-large",
+        "unparseable",
+        "not-a-regular-file",
+        "key-not-a-directory",
+        "transcript-diverted",
+        "venue-changed",
+        "pi-version-changed",
+        "transcript-replaced",
+        "locked",
+        "promote-failed",
+        "disabled",
+    }
+)
+RUNNER_POLICY_REASONS: Final = frozenset(
+    {
+        "provider-auth-refused",
+        "cost-cap",
+        "model-not-allowed",
+        "cost-cap-unenforceable",
+        "model-policy-unenforceable",
+    }
+)
 SAFE_INTEGER: Final = 2**53 - 1
 
 
@@ -177,8 +228,13 @@ class RunUsage:
 
     def telemetry(self) -> dict[str, Any]:
         """The record's fields this line fills (each null when the line did not say it well)."""
-        return {"turns": self.turns, "tokens": self.tokens, "usage": self.usage, "session": self.session,
-                "context": self.context}  # fmt: skip
+        return {
+            "turns": self.turns,
+            "tokens": self.tokens,
+            "usage": self.usage,
+            "session": self.session,
+            "context": self.context,
+        }
 
     @classmethod
     def of(cls, tail: str, key: str | None = None) -> RunUsage:

@@ -79,10 +79,13 @@ class ScopedLimits:
 
     def canonical(self) -> list[list[object]]:
         """The rows as what they limit, for a digest that two hosts reading the same limits share."""
-        dollars = [[row.dollars.day, row.dollars.week, row.dollars.month] if row.dollars.active() else [] for row in
-                   self.rows]  # fmt: skip
-        return [[row.scope, row.caps.day, row.caps.week, row.caps.month, row.concurrent, *spend]
-                for row, spend in zip(self.rows, dollars, strict=True)]  # fmt: skip
+        dollars = [
+            [row.dollars.day, row.dollars.week, row.dollars.month] if row.dollars.active() else [] for row in self.rows
+        ]
+        return [
+            [row.scope, row.caps.day, row.caps.week, row.caps.month, row.concurrent, *spend]
+            for row, spend in zip(self.rows, dollars, strict=True)
+        ]
 
     def concurrent_rows(self) -> tuple[ScopeRow, ...]:
         """The rows whose concurrency is leased fleet-wide (what the boot sweep walks)."""
@@ -109,8 +112,10 @@ def _scope(value: object, where: str, version: int) -> str:
     if scope.startswith(MODEL_PREFIX):
         return _model_scope(scope, where)
     if scope.startswith(PROJECT_PREFIX):
-        raise ScopedLimitsError(f"{where}.scope {scope!r}: project rows need a projects file, which this build does "
-                                "not read; limit the project's repositories or folders instead")  # fmt: skip
+        raise ScopedLimitsError(
+            f"{where}.scope {scope!r}: project rows need a projects file, which this build does "
+            "not read; limit the project's repositories or folders instead"
+        )
     if prefix.strip().lower() in ("model", "models", "project", "projects"):
         raise ScopedLimitsError(f"{where}.scope {scope!r}: write model:<provider>/<model> (lowercase, no spaces)")
     try:

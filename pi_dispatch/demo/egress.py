@@ -25,8 +25,8 @@ from rich.console import Console
 from pi_dispatch.config.hostvars import InventoryHost
 from pi_dispatch.core.egress import PROXY_PORT, allowlist_text
 from pi_dispatch.core.errors import ConfigError
-from pi_dispatch.worker.egressproxy import EgressPlace, missing, squid_binary
-from pi_dispatch.worker.jobnetwork import JobNetworkError, drop_rules, egress_rules_for, gateway_of
+from pi_dispatch.worker.gates.jobnetwork import JobNetworkError, drop_rules, egress_rules_for, gateway_of
+from pi_dispatch.worker.host.egressproxy import EgressPlace, missing, squid_binary
 
 START_CEILING_S: Final = 30.0  # squid answers within a second or two; only a hang reaches this
 STOP_CEILING_S: Final = 10.0

@@ -32,8 +32,8 @@ from pi_dispatch.config.hostvars import InventoryHost
 from pi_dispatch.console.output import heading, show
 from pi_dispatch.console.progress import progress
 from pi_dispatch.console.terminal import keep_whole
-from pi_dispatch.core.capabilities import explain_route
 from pi_dispatch.core.errors import ConfigError, PiDispatchError, Problem
+from pi_dispatch.core.routing import explain_route
 from pi_dispatch.demo.cron import show_cron
 from pi_dispatch.demo.egress import allowlist, demo_egress
 from pi_dispatch.demo.hooks import DemoReceiver, RecordingEnqueuer, delivery_for
@@ -50,7 +50,7 @@ from pi_dispatch.infra.events import discard
 from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.triggers.file import Trigger, load_triggers
-from pi_dispatch.worker.history import read_records
+from pi_dispatch.worker.after.history import read_records
 
 # Shipped inside the package (the checkout's inventory.example/ links here), so the demo runs from a wheel.
 EXAMPLE: Final = Path(__file__).resolve().parent.parent / "example"

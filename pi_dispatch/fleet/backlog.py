@@ -117,8 +117,11 @@ def idle_capable(
             for needs, jobs in grouped.oldest.items()
             if needs <= caps
         ]
-        oldest = min((job for job in late if job is not None and 0 < job.enqueued_ms < late_before),
-                     key=lambda job: job.enqueued_ms, default=None)  # fmt: skip
+        oldest = min(
+            (job for job in late if job is not None and 0 < job.enqueued_ms < late_before),
+            key=lambda job: job.enqueued_ms,
+            default=None,
+        )
         if oldest is not None:
             found.append(IdleCapable(name, int(free), oldest, int(beat) - oldest.enqueued_ms))
     return found

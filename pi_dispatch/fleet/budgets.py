@@ -102,8 +102,11 @@ async def reserve(client: aioredis.Redis, ledgers: Sequence[Ledger], now_ms: int
         except STORE_FAULTS:
             await _refund_quietly(client, reservation.held)
             raise
-        verdict = judge(ledger.caps, dict(zip((window for window, _ in windows), map(int, counts), strict=True)),
-                        ledger.soft_hold_pct)  # fmt: skip
+        verdict = judge(
+            ledger.caps,
+            dict(zip((window for window, _ in windows), map(int, counts), strict=True)),
+            ledger.soft_hold_pct,
+        )
         if verdict.state is not WindowState.OK:
             await _refund_quietly(client, reservation.held)
             return Reservation([(ledger, keys)], ledger, verdict)

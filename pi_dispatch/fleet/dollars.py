@@ -169,8 +169,9 @@ class OpenHold:
 
 async def take_open_holds(client: aioredis.Redis, now_ms: int, own: Sequence[str] = ()) -> list[OpenHold]:
     """The open holds whose lease has ended (up to SWEEP_BATCH), and those of `own`, each taken once fleet-wide."""
-    reply = cast("list[bytes]", await bounded(client.eval(TAKE, 2, OPEN_HOLDS, OPEN_HOLD_DATA, str(now_ms), *own),
-                                              OP_TIMEOUT_S))  # fmt: skip
+    reply = cast(
+        "list[bytes]", await bounded(client.eval(TAKE, 2, OPEN_HOLDS, OPEN_HOLD_DATA, str(now_ms), *own), OP_TIMEOUT_S)
+    )
     taken = []
     for raw_id, raw in zip(reply[::2], reply[1::2], strict=True):
         try:

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-from pi_dispatch.core.capabilities import RouteTable, job_needs, with_drains
+from pi_dispatch.core.capabilities import job_needs, with_drains
 from pi_dispatch.core.jobs import (
     DEDUP_TTL_MS,
     FORGE_JOB_OPTIONS,
@@ -24,9 +24,11 @@ from pi_dispatch.core.jobs import (
     semantic_dedup_id,
 )
 from pi_dispatch.core.keys import SHARED_QUEUE, host_queue_name
+from pi_dispatch.core.routing import RouteTable
 from pi_dispatch.fleet.snapshot import FleetView, fleet_view, read_drained
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.store import NotPrimary, ReplicaCount, StoreAddress
+from pi_dispatch.infra.store import StoreAddress
+from pi_dispatch.infra.storeprobes import NotPrimary, ReplicaCount
 from pi_dispatch.infra.valkey import STORE_FAULTS, bounded, describe, outages_named
 
 HOSTS_TTL_S: Final = 5.0

@@ -108,7 +108,7 @@ class FleetLease:
             return 0
         deleted = await bounded(
             self.client.eval(RELEASE, len(lease.tried), *lease.tried, lease.holder), LEASE_OP_TIMEOUT_S
-        )  # fmt: skip
+        )
         return int(cast(Any, deleted))
 
     async def sweep(self, keys: Sequence[str]) -> int:

@@ -54,8 +54,15 @@ class WindowUse:
         return self.ledger == USD_PREFIX or self.ledger.startswith(f"{USD_PREFIX}:")
 
     def as_json(self) -> dict[str, object]:
-        return {"ledger": self.ledger, "window": self.window, "key": self.key, "used": self.used, "cap": self.cap,
-                "resetsAt": self.resets_at_ms, "near": self.near}  # fmt: skip
+        return {
+            "ledger": self.ledger,
+            "window": self.window,
+            "key": self.key,
+            "used": self.used,
+            "cap": self.cap,
+            "resetsAt": self.resets_at_ms,
+            "near": self.near,
+        }
 
 
 @dataclass(frozen=True)
@@ -67,8 +74,13 @@ class ScopeUse:
     holders: list[str] = field(default_factory=list)  # `<worker>#<job id>` of each slot held
 
     def as_json(self) -> dict[str, object]:
-        return {"scope": self.scope, "ledger": self.ledger, "windows": [use.as_json() for use in self.windows],
-                "concurrent": self.concurrent, "held": self.holders}  # fmt: skip
+        return {
+            "scope": self.scope,
+            "ledger": self.ledger,
+            "windows": [use.as_json() for use in self.windows],
+            "concurrent": self.concurrent,
+            "held": self.holders,
+        }
 
 
 @dataclass(frozen=True)
@@ -123,10 +135,13 @@ async def read_limits(
     if dollars.active():
         fleet += [(USD_PREFIX, window, window_key(USD_PREFIX, window, now_ms), cap) for window, cap in _all(dollars)]
     scope_keys = [
-        (row, _keyed(scope_ledger(row.scope), row.caps, now_ms) + _keyed(row_ledger(row).prefix, row.dollars, now_ms),
-         [f"{scope_slot_prefix(row.scope)}{index}" for index in range(row.concurrent or 0)])
+        (
+            row,
+            _keyed(scope_ledger(row.scope), row.caps, now_ms) + _keyed(row_ledger(row).prefix, row.dollars, now_ms),
+            [f"{scope_slot_prefix(row.scope)}{index}" for index in range(row.concurrent or 0)],
+        )
         for row in scoped.rows
-    ]  # fmt: skip
+    ]
     keys = [key for _, _, key, _ in fleet] + [token_day_key(now_ms)]
     keys += [key for _, windows, slots in scope_keys for key in [*(k for _, _, k, _ in windows), *slots]]
     pipe = client.pipeline(transaction=False)
@@ -141,9 +156,7 @@ async def read_limits(
         uses = [_use(counted, next(replies), now_ms) for counted in scope_windows]
         holders = [text for _ in slots if (text := reply_text(next(replies)))]
         scopes.append(ScopeUse(shown_scope(row.scope), scope_ledger(row.scope), uses, row.concurrent, holders))
-    hosts = {
-        str(row.get("name")): read_limits_signature(str(row.get(LIMITS_ROW_FIELD) or "")) for row in rows
-    }  # fmt: skip
+    hosts = {str(row.get("name")): read_limits_signature(str(row.get(LIMITS_ROW_FIELD) or "")) for row in rows}
     spend = {str(row.get("name")): reply_text(row.get(FPUSD_ROW_FIELD)) or None for row in rows}
     return LimitsView(now_ms, windows, scopes, hosts, spend, int(open_holds or 0))
 
@@ -181,12 +194,18 @@ def published_caps(rows: Sequence[Mapping[str, Any]]) -> tuple[WindowCaps, int |
 
 def limits_summary(view: LimitsView) -> str:
     """One line: each capped window's use, the day's tokens, whether hosts' caps differ."""
-    said = [f"{use.window} {use.used}/{use.cap}" if use.cap is not None else f"{use.window} {use.used}"
-            for use in view.windows if use.ledger == BUDGET_PREFIX]  # fmt: skip
+    said = [
+        f"{use.window} {use.used}/{use.cap}" if use.cap is not None else f"{use.window} {use.used}"
+        for use in view.windows
+        if use.ledger == BUDGET_PREFIX
+    ]
     tokens = next(use for use in view.windows if use.ledger == f"{BUDGET_PREFIX}:t")
     said.append(f"tokens {tokens.used}" + (f"/{tokens.cap}" if tokens.cap is not None else ""))
-    said += [f"dollars {use.window} {money(use.used)}" + (f"/{money(use.cap)}" if use.cap is not None else "")
-             for use in view.windows if use.ledger == USD_PREFIX]  # fmt: skip
+    said += [
+        f"dollars {use.window} {money(use.used)}" + (f"/{money(use.cap)}" if use.cap is not None else "")
+        for use in view.windows
+        if use.ledger == USD_PREFIX
+    ]
     near = [f"{use.ledger} {use.window}" for use in view.windows if use.near]
     differ = view.differing or view.spend_differs
     tail = (" · near the cap: " + ", ".join(near) if near else "") + (" · hosts' caps differ" if differ else "")

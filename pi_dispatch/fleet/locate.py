@@ -28,9 +28,18 @@ SETS: Final = ("delayed", "prioritized", "completed", "failed", "waiting-childre
 UNFINISHED: Final = frozenset({"waiting", "active", "paused", "delayed", "prioritized", "waiting-children"})
 # BullMQ 5 keeps the attempts made as `atm`; a job hash an older BullMQ wrote has `attemptsMade`.
 HASH_FIELDS: Final = (
-    "name", "data", "opts", "atm", "attemptsMade", "timestamp", "processedOn", "finishedOn", "failedReason",
-    "returnvalue", "progress",
-)  # fmt: skip
+    "name",
+    "data",
+    "opts",
+    "atm",
+    "attemptsMade",
+    "timestamp",
+    "processedOn",
+    "finishedOn",
+    "failedReason",
+    "returnvalue",
+    "progress",
+)
 DELAY_SCORE_SHIFT: Final = 0x1000  # BullMQ keeps a delayed job's due time in ms times 4096, plus a counter
 
 

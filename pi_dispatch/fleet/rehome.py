@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from pi_dispatch.core.capabilities import RouteTable, is_live, job_needs
+from pi_dispatch.core.capabilities import is_live, job_needs
 from pi_dispatch.core.jobs import LOCAL_KIND
 from pi_dispatch.core.jscompat import DAY_MS
 from pi_dispatch.core.keys import (
@@ -46,6 +46,7 @@ from pi_dispatch.core.keys import (
     rehome_since_key,
     worker_of_queue,
 )
+from pi_dispatch.core.routing import RouteTable
 from pi_dispatch.fleet.epoch import epoch_of, store_epoch
 from pi_dispatch.fleet.hosts import FleetHost, QueueCounts, silent_since
 from pi_dispatch.fleet.moves import ID_TAKEN, JobMover

@@ -38,8 +38,18 @@ if TYPE_CHECKING:
 
 # The fields a snapshot keeps of each row: what routing, liveness, stealing, re-homing and cron's refusals read.
 SNAPSHOT_FIELDS: Final = (
-    "name", "beatAt", "routes", "caps", "consumer", "draining", "unhealthy", "slotsFree", "concurrency", "tz", "fpCron",
-)  # fmt: skip
+    "name",
+    "beatAt",
+    "routes",
+    "caps",
+    "consumer",
+    "draining",
+    "unhealthy",
+    "slotsFree",
+    "concurrency",
+    "tz",
+    "fpCron",
+)
 ROW_CHUNK: Final = 250  # rows a worker's registry read holds at once: its memory stays flat as the fleet grows
 MAX_AGE_MS: Final = 3 * HOST_BEAT_MS  # past this a snapshot is not evidence of anything
 TTL_MS: Final = 4 * HOST_BEAT_MS

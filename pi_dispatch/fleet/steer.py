@@ -16,13 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from pi_dispatch.core.capabilities import RouteTable, job_needs
+from pi_dispatch.core.capabilities import job_needs
 from pi_dispatch.core.jobs import LOCAL_KIND
 from pi_dispatch.core.jscompat import iso_string, js_json_parse
 from pi_dispatch.core.keys import BULL_PREFIX, SHARED_QUEUE, bull_key, host_queue_name, run_record_key, worker_of_queue
 from pi_dispatch.core.names import record_stem
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.core.records import build_record
+from pi_dispatch.core.routing import RouteTable
 from pi_dispatch.core.waits import HOLD_KEY
 from pi_dispatch.fleet.control import clear_cancel, request_cancel
 from pi_dispatch.fleet.jobhistory import JobHistory

@@ -57,8 +57,14 @@ def _action(fields: Mapping[bytes | str, bytes | str]) -> Action | None:
     at = said.get("at_ms", "")
     if not at.isdigit():
         return None
-    return Action(int(at), said.get("who", ""), said.get("via", ""), said.get("what", ""), said.get("target", ""),
-                  said.get("outcome", ""))  # fmt: skip
+    return Action(
+        int(at),
+        said.get("who", ""),
+        said.get("via", ""),
+        said.get("what", ""),
+        said.get("target", ""),
+        said.get("outcome", ""),
+    )
 
 
 async def read_trail(client: aioredis.Redis, count: int) -> list[Action]:

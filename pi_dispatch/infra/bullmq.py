@@ -31,16 +31,35 @@ NAMING_WAIT_S: Final = 5.0  # a close waits this long for a start's CLIENT SETNA
 # What this module reads or writes of BullMQ beyond its public names, by the object that has it.
 PRIVATE_CONTRACT: Final[Mapping[str, tuple[str, ...]]] = {
     "Worker": (
-        "_ensure_client_names", "lockManager", "runStalledJobsCheck", "closed", "running", "paused",
-        "closing", "blockUntil", "moveToActive", "waitForJob", "nextJobFromJobData", "processJob", "processing",
-        "waiting", "resume_event", "isConnectionError", "keys", "id", "opts", "clientName", "backend",
-        "blockingRedisConnection", "redisConnection",
+        "_ensure_client_names",
+        "lockManager",
+        "runStalledJobsCheck",
+        "closed",
+        "running",
+        "paused",
+        "closing",
+        "blockUntil",
+        "moveToActive",
+        "waitForJob",
+        "nextJobFromJobData",
+        "processJob",
+        "processing",
+        "waiting",
+        "resume_event",
+        "isConnectionError",
+        "keys",
+        "id",
+        "opts",
+        "clientName",
+        "backend",
+        "blockingRedisConnection",
+        "redisConnection",
     ),
     "Worker.backend": ("bclient", "conn", "close"),
     "Worker.lockManager": ("start", "close"),
     "Queue.client": ("connection",),
     "Scripts": ("moveStalledJobsToWait",),
-}  # fmt: skip
+}
 
 
 def node_client_name(queue: str, prefix: str = "bull", worker: str | None = None) -> str:

@@ -21,9 +21,26 @@ def discard(event: str, fields: Mapping[str, object]) -> None:
 
 # Events that say something went wrong (a warning: the process carries on) or that it cannot go on (an error).
 WARNING_WORDS: Final = (
-    "failed", "unreachable", "error", "refused", "lost", "invalid", "missing", "unavailable", "stuck", "degraded",
-    "unwritten", "blocked", "untrusted", "unreadable", "stalled", "passed", "fenced", "late", "out_of_memory",
-)  # fmt: skip
+    "failed",
+    "unreachable",
+    "error",
+    "refused",
+    "lost",
+    "invalid",
+    "missing",
+    "unavailable",
+    "stuck",
+    "degraded",
+    "unwritten",
+    "blocked",
+    "untrusted",
+    "unreadable",
+    "stalled",
+    "passed",
+    "fenced",
+    "late",
+    "out_of_memory",
+)
 ERROR_EVENTS: Final = frozenset({"worker_failing", "receiver_start_failed"})
 # journald reads a `<N>` prefix on a line as its syslog priority (systemd's SyslogLevelPrefix=, on by default)
 JOURNAL_PRIORITY: Final = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
@@ -42,7 +59,7 @@ def failure_fields(error: BaseException) -> dict[str, object]:
 
 
 def _module_of(filename: str) -> str:
-    """A source file by its module's dotted name from the package down (`pi_dispatch.worker.upkeep`), never its path."""
+    """A source file by its dotted name from the package down (`pi_dispatch.worker.gates.spend`), never its path."""
     parts = filename.removesuffix(".py").replace("\\", "/").split("/")
     for root in ("pi_dispatch", "bullmq", "redis", "asyncio", "docker", "aiohttp"):
         if root in parts:

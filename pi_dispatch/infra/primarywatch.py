@@ -22,7 +22,8 @@ from typing import Final
 import redis.asyncio as aioredis
 
 from pi_dispatch.infra.events import EventLog
-from pi_dispatch.infra.store import StoreAddress, cut_connections_to
+from pi_dispatch.infra.sentinel import cut_connections_to
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.supervise import Loop, OnFailure
 from pi_dispatch.infra.valkey import OP_TIMEOUT_S, StoreUnavailable, describe, outages_named, reply_text
 
@@ -72,8 +73,10 @@ class PrimaryWatch:
                     if self._listening:
                         pause, quiet, self._listening = AGAIN_S, False, False
                     if not quiet:
-                        self.log("primary_watch_moved", {"sentinel": f"{sentinel[0]}:{sentinel[1]}",
-                                                         "reason": describe(error)})  # fmt: skip
+                        self.log(
+                            "primary_watch_moved",
+                            {"sentinel": f"{sentinel[0]}:{sentinel[1]}", "reason": describe(error)},
+                        )
             if not quiet:
                 self.log("primary_watch_waiting", {"sentinels": len(self.store.sentinels), "againS": pause})
             quiet = True
@@ -82,9 +85,12 @@ class PrimaryWatch:
 
     async def _listen(self, host: str, port: int) -> None:
         sentinel = aioredis.Redis(
-            host=host, port=port, password=self.store.sentinel_password or None,
-            socket_timeout=OP_TIMEOUT_S, socket_connect_timeout=OP_TIMEOUT_S,
-        )  # fmt: skip
+            host=host,
+            port=port,
+            password=self.store.sentinel_password or None,
+            socket_timeout=OP_TIMEOUT_S,
+            socket_connect_timeout=OP_TIMEOUT_S,
+        )
         try:
             async with sentinel.pubsub(ignore_subscribe_messages=True) as pubsub:
                 await pubsub.subscribe(SWITCH_CHANNEL)

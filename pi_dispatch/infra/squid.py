@@ -25,11 +25,32 @@ from pi_dispatch.core.egress import DENIED_LOG, PLAIN_PORT, PROXY_PORT, Allowlis
 
 # Where no job may be sent by name: the address ranges that are not the public internet.
 NON_PUBLIC: Final = (
-    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.0.0.0/24",
-    "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4", "::/128", "::1", "64:ff9b::/96", "64:ff9b:1::/48",
-    "100::/64", "2001::/23", "2001:db8::/32", "2002::/16", "3fff::/20", "5f00::/16", "fc00::/7", "fe80::/10",
-    "fec0::/10", "ff00::/8",
-)  # fmt: skip
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+    "::/128",
+    "::1",
+    "64:ff9b::/96",
+    "64:ff9b:1::/48",
+    "100::/64",
+    "2001::/23",
+    "2001:db8::/32",
+    "2002::/16",
+    "3fff::/20",
+    "5f00::/16",
+    "fc00::/7",
+    "fe80::/10",
+    "fec0::/10",
+    "ff00::/8",
+)
 # IPv6 as IANA's special-purpose registry has it (NAT64 and 6to4 carry an IPv4 address inside, so they could reach
 # a private one). Not `::ffff:0:0/96`: squid reads it as covering every IPv4 address, which refuses everything.
 HEADER: Final = "# Rendered by pi-dispatch: the egress proxy of this host's jobs. A rollout overwrites edits."

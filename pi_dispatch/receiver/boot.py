@@ -248,10 +248,14 @@ async def serve(
     supervisor = Supervisor(error_log)
     supervisor.start(
         Loop("spool-replay", receiver.replay, OnFailure.RESTART, "a new drain starts at the oldest spooled"),
-        Loop("report", functools.partial(_report, found.store, receiver, name), OnFailure.RESTART,
-             "each report stands alone"),
+        Loop(
+            "report",
+            functools.partial(_report, found.store, receiver, name),
+            OnFailure.RESTART,
+            "each report stands alone",
+        ),
         *primary_watch_loops(store, log),
-    )  # fmt: skip
+    )
     fault = await supervisor.until_stopped(stop.event)
     log("receiver_stopping", {"signal": stop.signal} if fault is None else {"reason": fault})
     watch.stop()

@@ -16,12 +16,30 @@ from pi_dispatch.core.jscompat import JS_SPACE, MISSING, get
 from pi_dispatch.receiver.rules import ForgeRules, Rule
 
 DROP_REASONS: Final = (
-    "missing-sender-id", "self", "author-not-allowed", "unhandled-event", "action-not-actionable",
-    "no-allowlisted-label", "no-label-change", "no-trigger-phrase", "no-flow", "missing-pull-request",
-    "missing-issue-number", "review-author-not-allowed", "no-review-body", "review-state-not-matched",
-    "pr-author-not-allowed", "no-matching-pr-trigger", "close-number-not-matched", "no-matching-close-trigger",
-    "closer-not-allowed", "no-repository", "sender-not-allowed", "flow-not-allowed", "event-shape-mismatch",
-)  # fmt: skip
+    "missing-sender-id",
+    "self",
+    "author-not-allowed",
+    "unhandled-event",
+    "action-not-actionable",
+    "no-allowlisted-label",
+    "no-label-change",
+    "no-trigger-phrase",
+    "no-flow",
+    "missing-pull-request",
+    "missing-issue-number",
+    "review-author-not-allowed",
+    "no-review-body",
+    "review-state-not-matched",
+    "pr-author-not-allowed",
+    "no-matching-pr-trigger",
+    "close-number-not-matched",
+    "no-matching-close-trigger",
+    "closer-not-allowed",
+    "no-repository",
+    "sender-not-allowed",
+    "flow-not-allowed",
+    "event-shape-mismatch",
+)
 # The execution fields that hand a job credentials: a comment rule binding one runs only its own flow.
 SECRET_FIELDS: Final = ("secrets", "secretsProfile")
 _WORD: Final = f"[{re.escape(JS_SPACE)}]+([^{re.escape(JS_SPACE)}]+)"

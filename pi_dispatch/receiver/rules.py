@@ -17,9 +17,23 @@ from pi_dispatch.triggers.file import Trigger
 
 # The execution fields a matched rule hands its job, in the order the job literal lists them.
 EXECUTION_FIELDS: Final = (
-    "packages", "image", "backend", "excludeTools", "provider", "model", "maxTurns", "models", "maxCostUsd",
-    "skillsDir", "secrets", "secretsProfile", "waitFor", "instructions", "resume", "replicas",
-)  # fmt: skip
+    "packages",
+    "image",
+    "backend",
+    "excludeTools",
+    "provider",
+    "model",
+    "maxTurns",
+    "models",
+    "maxCostUsd",
+    "skillsDir",
+    "secrets",
+    "secretsProfile",
+    "waitFor",
+    "instructions",
+    "resume",
+    "replicas",
+)
 
 
 def label_names(labels: object) -> list[str]:

@@ -19,8 +19,8 @@ import docker.errors
 import requests.exceptions
 
 from pi_dispatch.testing.services import worker_process_env
-from pi_dispatch.worker.containers import LABEL_FLEET, LABEL_HOST, LABEL_JOB, listed_labels
-from pi_dispatch.worker.history import read_records
+from pi_dispatch.worker.after.history import read_records
+from pi_dispatch.worker.run.containers import LABEL_FLEET, LABEL_HOST, LABEL_JOB, listed_labels
 
 
 class Overlaps:

@@ -22,13 +22,14 @@ import redis.asyncio as aioredis
 from bullmq import Queue
 
 from pi_dispatch.console.plaintext import plain
-from pi_dispatch.core.capabilities import RouteTable, job_needs
+from pi_dispatch.core.capabilities import job_needs
 from pi_dispatch.core.jscompat import js_string
 from pi_dispatch.core.keys import HOST_LIVE, RUNS_INDEX, bull_key, host_row_key, run_record_key
 from pi_dispatch.core.names import is_worker_name, record_stem
+from pi_dispatch.core.routing import RouteTable
 from pi_dispatch.fleet.registry import LiveHosts, read_live_hosts
 from pi_dispatch.testing.jobs import forge_job
-from pi_dispatch.worker.history import read_records_counted
+from pi_dispatch.worker.after.history import read_records_counted
 
 # How a part runs an operator command: `pi-dispatch ARGS`, its exit code and output (in this process or a child)
 CommandRunner = Callable[..., subprocess.CompletedProcess[str]]

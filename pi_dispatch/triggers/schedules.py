@@ -36,16 +36,50 @@ LOCAL_JOB_OPTIONS: Final[Mapping[str, Any]] = {
 }
 # A cron entry's run as the reference's parser returns it: these keys always, the others only when set.
 AUTHORED_ALWAYS: Final = (
-    "kind", "folder", "flow", "task", "provider", "model", "maxTurns", "github", "packages", "image", "resume"
-)  # fmt: skip
+    "kind",
+    "folder",
+    "flow",
+    "task",
+    "provider",
+    "model",
+    "maxTurns",
+    "github",
+    "packages",
+    "image",
+    "resume",
+)
 AUTHORED_WHEN_SET: Final = (
-    "command", "skillsDir", "secrets", "secretsProfile", "backend", "excludeTools", "models", "maxCostUsd", "portfolio"
-)  # fmt: skip
+    "command",
+    "skillsDir",
+    "secrets",
+    "secretsProfile",
+    "backend",
+    "excludeTools",
+    "models",
+    "maxCostUsd",
+    "portfolio",
+)
 # A local job's data keys in the reference's order; the ones a trigger leaves unset are left out.
 LOCAL_DATA_KEYS: Final = (
-    "folder", "flow", "task", "command", "provider", "model", "maxTurns", "github", "packages", "image", "backend",
-    "excludeTools", "models", "maxCostUsd", "skillsDir", "secrets", "secretsProfile", "resume",
-)  # fmt: skip
+    "folder",
+    "flow",
+    "task",
+    "command",
+    "provider",
+    "model",
+    "maxTurns",
+    "github",
+    "packages",
+    "image",
+    "backend",
+    "excludeTools",
+    "models",
+    "maxCostUsd",
+    "skillsDir",
+    "secrets",
+    "secretsProfile",
+    "resume",
+)
 
 
 def js_value(value: object) -> Any:

@@ -86,8 +86,11 @@ async def _retry_failed(request: web.Request, session: Session, target: str, for
         raise web.HTTPBadRequest(text="not a worker name")
     since_ms = since_epoch_ms(since or None)  # a since that does not read: a 400 page saying so
     if form.get("confirm") != "yes":
-        ask = ASKS["retry-failed"].format(since_said=f"since {since}" if since else "(any time)", limit=RETRY_MAX,
-                                          where=f" whose last attempt ran on {host}" if host else "")  # fmt: skip
+        ask = ASKS["retry-failed"].format(
+            since_said=f"since {since}" if since else "(any time)",
+            limit=RETRY_MAX,
+            where=f" whose last attempt ran on {host}" if host else "",
+        )
         context = {
             "what": "retry-failed",
             "target": target,
@@ -103,14 +106,16 @@ async def _retry_failed(request: web.Request, session: Session, target: str, for
         await record_action(client, Action(wall_ms(), session.name or "", "console", "retry", job_id, done.result))
         results.append((job_id, done.result))
     outcome = f"{sum(result == 'queued' for _, result in results)} of {len(results)} queued"
-    return page(request, "outcome.html", {"what": "retry-failed", "target": target, "outcome": outcome,
-                                          "results": results})  # fmt: skip
+    return page(
+        request, "outcome.html", {"what": "retry-failed", "target": target, "outcome": outcome, "results": results}
+    )
 
 
 async def _perform(client: aioredis.Redis, store: StoreAddress, what: str, target: str) -> str:
     if what == "cancel":
-        cancelled = await cancel_job(client, target, await queues_for(client, target), now=wall_ms,
-                                     wait_s=CANCEL_WAIT_S)  # fmt: skip
+        cancelled = await cancel_job(
+            client, target, await queues_for(client, target), now=wall_ms, wait_s=CANCEL_WAIT_S
+        )
         return cancelled.result
     if what == "retry":
         return (await retry_job(client, store, target, await queues_for(client, target))).result

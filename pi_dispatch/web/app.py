@@ -99,8 +99,13 @@ async def runs(request: web.Request) -> web.StreamResponse:
         raise web.HTTPFound(f"/jobs/{quote(wanted[:JOB_ID_MAX], safe='')}")
     chosen = RunFilter.of(request.query, since_epoch_ms(request.query.get("since") or None))
     found, degraded = await read_runs(_client(request), chosen)
-    context = {"runs": found, "degraded": degraded, "chosen": asdict(chosen), "outcomes": OUTCOMES,
-               "since": request.query.get("since", "")}  # fmt: skip
+    context = {
+        "runs": found,
+        "degraded": degraded,
+        "chosen": asdict(chosen),
+        "outcomes": OUTCOMES,
+        "since": request.query.get("since", ""),
+    }
     return page(request, "runs.html", context)
 
 
@@ -109,8 +114,13 @@ async def job(request: web.Request) -> web.StreamResponse:
     facts = await read_job(_client(request), job_id)
     attempt = await latest_attempt(_client(request), job_id, made=len(facts["history"]))
     every = request.query.get("hosts") == "all"
-    context = {"job": facts, "job_id": job_id, "attempt": attempt, "every": every,
-               "answers": grouped_answers(facts.get("route"), every)}  # fmt: skip
+    context = {
+        "job": facts,
+        "job_id": job_id,
+        "attempt": attempt,
+        "every": every,
+        "answers": grouped_answers(facts.get("route"), every),
+    }
     return page(request, "job.html", context, status=200 if facts["found"] else 404)
 
 
@@ -140,8 +150,15 @@ async def fleet(request: web.Request) -> web.StreamResponse:
     named = request.query.get("host", "")[:64]
     shown = Page.of(request.query.get("page", ""), [host for host in hosts if named in str(host["name"])])
     queues = [queue for queue in read.host_queues if named in queue.host]
-    context = {"hosts": shown, "unreachable": state, "queues": Page.of(request.query.get("page", ""), queues),
-               "waiting": read.waiting[:50], "store": read.store, "named": named, "total": len(hosts)}  # fmt: skip
+    context = {
+        "hosts": shown,
+        "unreachable": state,
+        "queues": Page.of(request.query.get("page", ""), queues),
+        "waiting": read.waiting[:50],
+        "store": read.store,
+        "named": named,
+        "total": len(hosts),
+    }
     return page(request, "fleet.html", context)
 
 

@@ -56,9 +56,12 @@ class Auditor:
         environment = {name: value for name, value in os.environ.items() if not name.startswith("VALKEY_")}
         command = [sys.executable, "-m", "pi_dispatch", "audit", "--inventory", str(inventory), "--live", "--json"]
         child = await asyncio.create_subprocess_exec(
-            *command, env={**environment, **store_environ(self.store)}, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            *command,
+            env={**environment, **store_environ(self.store)},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         try:
             out, err = await asyncio.wait_for(child.communicate(), AUDIT_CEILING_S)
         except TimeoutError:

@@ -147,8 +147,9 @@ class Access:
         return may_act(self.actions, session)
 
     def set_cookie(self, response: web.StreamResponse, session_id: str) -> None:
-        response.set_cookie(SESSION_COOKIE, session_id, max_age=SESSION_S, path="/", httponly=True, secure=self.tls,
-                            samesite="Strict")  # fmt: skip
+        response.set_cookie(
+            SESSION_COOKIE, session_id, max_age=SESSION_S, path="/", httponly=True, secure=self.tls, samesite="Strict"
+        )
 
 
 ACCESS: Final = web.AppKey("access", Access)

@@ -62,9 +62,14 @@ def _complain(line: str) -> None:
 
 
 async def start_console(
-    store: StoreAddress, access: Access, bind: str, port: int, inventory: Path | None, *,
+    store: StoreAddress,
+    access: Access,
+    bind: str,
+    port: int,
+    inventory: Path | None,
+    *,
     limits: ConnectionLimits | None = None,
-) -> web.AppRunner:  # fmt: skip
+) -> web.AppRunner:
     """The console listening on bind:port under the receiver's guard (`limits`, else CONSOLE_LIMITS); OSError when
     it cannot listen. Stopped by the runner's cleanup."""
     from aiohttp import web
@@ -85,9 +90,15 @@ async def start_console(
 
 
 async def serve(
-    store: StoreAddress, access: Access, bind: str, port: int, *, inventory: Path | None,
-    say: Callable[[str], None], complain: Callable[[str], None],
-) -> int:  # fmt: skip
+    store: StoreAddress,
+    access: Access,
+    bind: str,
+    port: int,
+    *,
+    inventory: Path | None,
+    say: Callable[[str], None],
+    complain: Callable[[str], None],
+) -> int:
     """Serve the console until SIGINT or SIGTERM (exit 0); exit 1 when the port cannot be taken."""
     from pi_dispatch.config.console_settings import is_loopback
 

@@ -32,5 +32,6 @@ class GuardedAppRunner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         built = await super()._make_server()
-        return GuardedServer(built.request_handler, self.limits, request_factory=built.request_factory,
-                             **self._server_options)  # fmt: skip
+        return GuardedServer(
+            built.request_handler, self.limits, request_factory=built.request_factory, **self._server_options
+        )

@@ -81,8 +81,9 @@ async def stream_log(request: web.Request, client: aioredis.Redis, job_id: str, 
     stem = record_stem(job_id)
     resume = request.headers.get("Last-Event-ID", "")
     last = resume if ENTRY_ID.fullmatch(resume) else "0-0"
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
-                                           "X-Accel-Buffering": "no"})  # fmt: skip
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    )
     await response.prepare(request)
     try:
         async for entry in stored_entries(client, stem, attempt, "-" if last == "0-0" else last):  # what is there

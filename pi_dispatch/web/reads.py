@@ -39,8 +39,13 @@ class RunFilter:
     @classmethod
     def of(cls, query: Mapping[str, str], since_ms: int) -> RunFilter:
         outcome = query.get("outcome", "")
-        return cls(outcome if outcome in OUTCOMES else "", query.get("host", "")[:64], query.get("flow", "")[:64],
-                   query.get("trigger", "")[:32], since_ms)  # fmt: skip
+        return cls(
+            outcome if outcome in OUTCOMES else "",
+            query.get("host", "")[:64],
+            query.get("flow", "")[:64],
+            query.get("trigger", "")[:32],
+            since_ms,
+        )
 
     def keeps(self, run: Mapping[str, Any]) -> bool:
         wanted = ((self.outcome, "outcome"), (self.host, "host"), (self.flow, "flow"), (self.trigger, "triggerType"))
@@ -101,8 +106,10 @@ def grouped_answers(route: Mapping[str, Any] | None, every: bool) -> list[RouteA
     for verdict in route["hosts"]:
         groups.setdefault(str(verdict["reason"]), []).append(str(verdict["name"]))
     chosen = route.get("host")
-    answers = [RouteAnswer(reason, len(names), names if every else names[:NAMES_SHOWN], chosen in names)
-               for reason, names in groups.items()]  # fmt: skip
+    answers = [
+        RouteAnswer(reason, len(names), names if every else names[:NAMES_SHOWN], chosen in names)
+        for reason, names in groups.items()
+    ]
     return sorted(answers, key=lambda answer: (not answer.chosen, -answer.count, answer.reason))
 
 

@@ -50,7 +50,12 @@ def page(request: web.Request, template: str, context: Mapping[str, Any], status
     """A page, told what every page is: the search box's text, who is logged in, the form token, whether the
     session may act."""
     session = request.get(SESSION)
-    said = {"search": request.query.get("q", ""), "status": status, "session": session,
-            "csrf": getattr(session, "csrf", ""), "can_act": may_act(request.app[ACTIONS_ON], session)}  # fmt: skip
+    said = {
+        "search": request.query.get("q", ""),
+        "status": status,
+        "session": session,
+        "csrf": getattr(session, "csrf", ""),
+        "can_act": may_act(request.app[ACTIONS_ON], session),
+    }
     rendered = request.app[TEMPLATES].get_template(template).render(**context, **said)
     return web.Response(text=rendered, status=status, content_type="text/html", charset="utf-8")

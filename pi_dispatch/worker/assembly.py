@@ -19,24 +19,25 @@ from pi_dispatch.fleet.rehome import Rehomer
 from pi_dispatch.fleet.storereset import EpochWatch
 from pi_dispatch.infra.clock import host_zone
 from pi_dispatch.infra.events import EventLog
-from pi_dispatch.infra.store import PrimaryCheck, StoreAddress
+from pi_dispatch.infra.store import StoreAddress
+from pi_dispatch.infra.storeprobes import PrimaryCheck
 from pi_dispatch.triggers.file import Trigger
+from pi_dispatch.worker.after.denials import DenialLog, DenialWatch
+from pi_dispatch.worker.after.history import RunRecorder
+from pi_dispatch.worker.after.oneshot import OneShots
 from pi_dispatch.worker.attempts import Attempts
-from pi_dispatch.worker.clockwatch import ClockWatch
-from pi_dispatch.worker.containers import ContainerRuntime
-from pi_dispatch.worker.control import Control
-from pi_dispatch.worker.cron import CronSchedules
-from pi_dispatch.worker.denials import DenialLog, DenialWatch
-from pi_dispatch.worker.egressgate import RESOLVER_FILE, EgressGate
-from pi_dispatch.worker.history import RunRecorder
-from pi_dispatch.worker.hosthealth import HostHealth
-from pi_dispatch.worker.jobdirs import worker_jobs_dir
-from pi_dispatch.worker.limits import LimitFiles, Limits, read_limit_files
+from pi_dispatch.worker.gates.egressgate import RESOLVER_FILE, EgressGate
+from pi_dispatch.worker.gates.limits import LimitFiles, Limits, read_limit_files
+from pi_dispatch.worker.gates.waitgate import WaitGate
+from pi_dispatch.worker.host.clockwatch import ClockWatch
+from pi_dispatch.worker.host.control import Control
+from pi_dispatch.worker.host.cron import CronSchedules
+from pi_dispatch.worker.host.hosthealth import HostHealth
+from pi_dispatch.worker.host.storememory import StoreMemoryWatch
 from pi_dispatch.worker.metrics import WorkerMetrics
-from pi_dispatch.worker.oneshot import OneShots
-from pi_dispatch.worker.output import Outputs
-from pi_dispatch.worker.storememory import StoreMemoryWatch
-from pi_dispatch.worker.waitgate import WaitGate
+from pi_dispatch.worker.prepare.jobdirs import worker_jobs_dir
+from pi_dispatch.worker.run.containers import ContainerRuntime
+from pi_dispatch.worker.run.output import Outputs
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -94,9 +95,7 @@ def assemble(
     mirror = RunMirror(client, settings.log_retention_days, log=log) if settings.worker_name_declared else None
     history = JobHistory(client, int(mirror_window_ms(settings.log_retention_days)), log)
     recorder = RunRecorder(settings.logs_dir, mirror, log, attempts=history, host=name)
-    registry = HostRegistry(
-        client, name, log=log, progress=hooks.live_facts, now=now, beat_ms=beat_ms or HOST_BEAT_MS
-    )  # fmt: skip
+    registry = HostRegistry(client, name, log=log, progress=hooks.live_facts, now=now, beat_ms=beat_ms or HOST_BEAT_MS)
     egress = denials = None
     plan = egress_plan or EgressPlan(settings.jobs_network)  # without profile lists: PI_JOB_NETWORK for every job
     if settings.egress_network is not None:
@@ -107,9 +106,15 @@ def assemble(
         denials = DenialWatch(refusal_log, egress.address, log=log)
     choice, runtime_fault = runtimes  # as the boot canary found them (`canary.py`)
     health = HostHealth(
-        settings.jobs_dir, settings.logs_dir, settings.job_image, runtime, log, changed=registry.publish, egress=egress,
+        settings.jobs_dir,
+        settings.logs_dir,
+        settings.job_image,
+        runtime,
+        log,
+        changed=registry.publish,
+        egress=egress,
         runtime_fault=runtime_fault,
-    )  # fmt: skip
+    )
     outputs = None
     if settings.capture_job_logs:
         store_cap = settings.job_log_store_kb * 1024 if settings.job_log_store else None
@@ -117,26 +122,52 @@ def assemble(
     primary = PrimaryCheck(store) if store.replicated else None
     limits = Limits(settings, client, now, log, *(limit_files or read_limit_files(settings)))
     attempts = Attempts(
-        settings, runtime, client, recorder, WaitGate(settings, client, now, jitter, log), now, log, plan, limits,
-        metrics=metrics, one_shots=OneShots(settings.triggers_file, log), outputs=outputs, health=health,
-        primary=primary, egress=egress, runtimes=choice, denials=denials,
-    )  # fmt: skip
+        settings,
+        runtime,
+        client,
+        recorder,
+        WaitGate(settings, client, now, jitter, log),
+        now,
+        log,
+        plan,
+        limits,
+        metrics=metrics,
+        one_shots=OneShots(settings.triggers_file, log),
+        outputs=outputs,
+        health=health,
+        primary=primary,
+        egress=egress,
+        runtimes=choice,
+        denials=denials,
+    )
     rehomer = Rehomer(
-        client, store, settings.rehome_after_ms, settings.lock_duration_ms, log, now,
+        client,
+        store,
+        settings.rehome_after_ms,
+        settings.lock_duration_ms,
+        log,
+        now,
         paused=lambda: clock.skewed,  # silence judged by a clock that far off moves live work
-    )  # fmt: skip
+    )
     control = Control(
-        client, name, attempts, hooks.consumers, registry.publish, hooks.move_own_queue, now, log
-    )  # fmt: skip
+        client, name, attempts.inflight, hooks.consumers, registry.publish, hooks.move_own_queue, now, log
+    )
     cron = CronSchedules(  # on its own queue when named, else on the shared one
-        client, store, worker_queues(settings)[-1], host_zone(settings.tz), name, not settings.worker_name_declared,
-        registry.publish, triggers, log,
-    )  # fmt: skip
+        client,
+        store,
+        worker_queues(settings)[-1],
+        host_zone(settings.tz),
+        name,
+        not settings.worker_name_declared,
+        registry.publish,
+        triggers,
+        log,
+    )
     memory = StoreMemoryWatch(log, lambda: registry.memory_full_since)
     epoch = EpochWatch(client, now, log)
     return Parts(
         client, store, clock, recorder, attempts, health, registry, memory, epoch, rehomer, control, cron, primary
-    )  # fmt: skip
+    )
 
 
 def worker_queues(settings: WorkerSettings) -> list[str]:

@@ -37,21 +37,26 @@ from pi_dispatch.core.runtimes import RuntimeChoice
 from pi_dispatch.core.runusage import RunUsage
 from pi_dispatch.fleet.control import cancelled_of
 from pi_dispatch.infra.events import EventLog
-from pi_dispatch.infra.store import PrimaryCheck
+from pi_dispatch.infra.storeprobes import PrimaryCheck
 from pi_dispatch.infra.valkey import STORE_FAULTS
-from pi_dispatch.worker.containers import STOP_GRACE_S, ContainerRuntime, StopRequest
-from pi_dispatch.worker.denials import DenialWatch, Refusals
-from pi_dispatch.worker.egressgate import EgressDown, EgressGate, EgressWay
-from pi_dispatch.worker.fencing import LockFence
-from pi_dispatch.worker.history import RunRecorder
-from pi_dispatch.worker.hosthealth import HostHealth, unwritable
-from pi_dispatch.worker.jobdirs import write_job_dir
-from pi_dispatch.worker.jobplace import JobPlace
-from pi_dispatch.worker.jobspec import Launch, attempts_made, container_spec, queue_of
-from pi_dispatch.worker.limits import Limits
+from pi_dispatch.worker.after.denials import DenialWatch, Refusals
+from pi_dispatch.worker.after.history import RunRecorder
+from pi_dispatch.worker.after.oneshot import OneShots
+from pi_dispatch.worker.gates.egressgate import EgressDown, EgressGate, EgressWay
+from pi_dispatch.worker.gates.jobplace import JobPlace
+from pi_dispatch.worker.gates.limits import Limits
+from pi_dispatch.worker.gates.scripts import InfraRetry, Refusal
+from pi_dispatch.worker.gates.secrets import SecretsGate
+from pi_dispatch.worker.gates.spend import Holds
+from pi_dispatch.worker.gates.waitgate import WaitGate
+from pi_dispatch.worker.host.hosthealth import HostHealth, unwritable
 from pi_dispatch.worker.metrics import WorkerMetrics
-from pi_dispatch.worker.oneshot import OneShots
-from pi_dispatch.worker.outcomes import (
+from pi_dispatch.worker.prepare.jobdirs import write_job_dir
+from pi_dispatch.worker.prepare.jobspec import Launch, attempts_made, container_spec, queue_of
+from pi_dispatch.worker.run.containers import STOP_GRACE_S, ContainerRuntime, StopRequest
+from pi_dispatch.worker.run.fencing import LockFence
+from pi_dispatch.worker.run.inflight import InFlight
+from pi_dispatch.worker.run.outcomes import (
     ContainerEnd,
     DockerUnavailable,
     ImageMissing,
@@ -60,11 +65,7 @@ from pi_dispatch.worker.outcomes import (
     TakeUnconfirmed,
     container_result,
 )
-from pi_dispatch.worker.output import Outputs, RunningOutput
-from pi_dispatch.worker.scripts import InfraRetry, Refusal
-from pi_dispatch.worker.secrets import SecretsGate
-from pi_dispatch.worker.spend import Holds
-from pi_dispatch.worker.waitgate import WaitGate
+from pi_dispatch.worker.run.output import Outputs, RunningOutput
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -74,8 +75,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class Attempts:
-    """Runs attempts for one worker. `draining` puts back a job still at its gates; `abort_all` stops
-    running containers with the drain's grace."""
+    """Runs attempts for one worker."""
 
     settings: WorkerSettings
     runtime: ContainerRuntime
@@ -86,16 +86,11 @@ class Attempts:
     log: EventLog
     egress_plan: EgressPlan  # the network each job joins by the profiles it binds
     limits: Limits  # the pause windows, scope slots and windows a start is counted in (`limits.py`)
-    draining: asyncio.Event = field(default_factory=asyncio.Event)
-    aborting: asyncio.Event = field(default_factory=asyncio.Event)
-    running: dict[str, StopRequest] = field(default_factory=dict)  # job id -> its container's stop, while it runs
-    running_since: dict[str, int] = field(default_factory=dict)  # job id -> when its container started (epoch ms)
+    inflight: InFlight = field(default_factory=InFlight)  # what cancel and drain act on (`host/control.py`)
     metrics: WorkerMetrics = field(default_factory=lambda: WorkerMetrics(enabled=False))
     one_shots: OneShots | None = None  # spends a one-shot rule once its run's record is written
     outputs: Outputs | None = None  # where attempts' output is kept (None: PI_CAPTURE_JOB_LOGS=0)
     health: HostHealth | None = None  # marked unhealthy by a cause on the host's side (the job is put back)
-    started: set[str] = field(default_factory=set)  # job ids whose attempt is under way here, gates included
-    cancelled: set[str] = field(default_factory=set)  # job ids an operator cancelled while they were here
     primary: PrimaryCheck | None = None  # a replicated store: a take counts once the named primary holds its lock
     egress: EgressGate | None = None  # PI_EGRESS on: a job's one way out is the proxy this gate finds
     runtimes: RuntimeChoice = field(default_factory=RuntimeChoice)  # the runtime each job runs under, once tried
@@ -110,14 +105,8 @@ class Attempts:
         self.secrets = SecretsGate.of(settings, reserved)
         self.place = JobPlace(
             self.secrets, settings.secret_profiles, settings.wait_profiles, self.egress_plan, self.runtimes
-        )  # fmt: skip
+        )
         self.capabilities = self.place.capabilities  # what needs a runtime that failed its canary is not served
-
-    def abort_all(self) -> None:
-        """Stop every running container, each after the drain's grace; a container started later stops at once."""
-        self.aborting.set()
-        for stop in self.running.values():
-            stop.request(STOP_GRACE_S)
 
     async def process(self, job: QueuedJob, token: str, queue: str) -> dict[str, object]:
         from bullmq import DelayedError, UnrecoverableError
@@ -126,7 +115,7 @@ class Attempts:
         data: Mapping[str, Any] = job.data if isinstance(job.data, Mapping) else {}
         job.opts["stackTraceLimit"] = 0  # a stack trace names our files' paths; Valkey gets names only
         job_id = str(job.id)
-        self.started.add(job_id)
+        self.inflight.started.add(job_id)
         try:
             result = await self._attempt(job, token, queue, data)
         except DelayedError:  # held by its wait conditions, already moved to delayed
@@ -144,20 +133,22 @@ class Attempts:
         except JobFailure as failure:
             failed = {"reason": failure.reason, "exitCode": failure.exit_code, **failure.telemetry}
             self.record(job, data, started, None, failed)
-            self.log("job_failed", {"jobId": str(job.id), "queue": queue, "reason": failure.reason,
-                                    "retry": failure.retry})  # fmt: skip
+            self.log(
+                "job_failed", {"jobId": str(job.id), "queue": queue, "reason": failure.reason, "retry": failure.retry}
+            )
             if failure.retry:
                 raise
             raise UnrecoverableError(str(failure)) from None
         except Exception as error:  # broad: the processor's edge; one job's bug never takes the worker down
             reason = error.reason if isinstance(error, InfraRetry) else Reason.INFRA
             self.record(job, data, started, None, {"reason": reason})
-            self.log("job_failed", {"jobId": str(job.id), "queue": queue, "reason": reason,
-                                    "error": type(error).__name__})  # fmt: skip
+            self.log(
+                "job_failed", {"jobId": str(job.id), "queue": queue, "reason": reason, "error": type(error).__name__}
+            )
             raise JobFailure(reason, retry=True) from None
         finally:
-            self.started.discard(job_id)
-            self.cancelled.discard(job_id)
+            self.inflight.started.discard(job_id)
+            self.inflight.cancelled.discard(job_id)
         self.record(job, data, started, result, None)
         self.log(
             "job_done", {"jobId": str(job.id), "queue": queue, "outcome": result["outcome"], "reason": result["reason"]}
@@ -273,7 +264,7 @@ class Attempts:
 
     def _unless_draining(self) -> None:
         """A drain that began while the job was at its gates puts it back before it spends anything more."""
-        if self.draining.is_set():
+        if self.inflight.draining.is_set():
             raise PutBack
 
     def refuses(self, data: object) -> bool:
@@ -310,8 +301,10 @@ class Attempts:
             self._host_fault(unwritable("PI_JOBS_DIR", error))
         spec = container_spec(settings, job, launch, data, job_dir, kept=self.outputs is not None)
         stop = StopRequest()
-        self.running[job_id], self.running_since[job_id] = stop, self.now()
-        if self.aborting.is_set() or job_id in self.cancelled:  # a stop asked for before it started stops it now
+        self.inflight.running[job_id], self.inflight.running_since[job_id] = stop, self.now()
+        if (
+            self.inflight.aborting.is_set() or job_id in self.inflight.cancelled
+        ):  # a stop asked for before it started stops it now
             stop.request(STOP_GRACE_S)
 
         def kill_when_fenced(_: asyncio.Future[None]) -> None:
@@ -351,7 +344,7 @@ class Attempts:
         """The result of a container that ended, with what its exit line says it used, its tokens counted."""
         began, flow = run
         usage = RunUsage.of(end.stdout_tail, reservation.exit_key)  # telemetry: the exit code decides the outcome
-        stopped = end.aborted or end.timed_out or fence.lost.is_set() or job_id in self.cancelled
+        stopped = end.aborted or end.timed_out or fence.lost.is_set() or job_id in self.inflight.cancelled
         # what its dollars may settle to (`spend.py`): only a line signed with the attempt's key is believed
         trusted = not stopped and usage.code == end.exit_code and usage.exit_auth == VERIFIED
         self.metrics.used(flow, usage)
@@ -373,8 +366,8 @@ class Attempts:
         self, job_id: str, job_dir: Path, output: RunningOutput | None, watched: DenialWatch | None
     ) -> None:
         """The container is gone: its refusals found, its output closed, its folder removed."""
-        self.running.pop(job_id, None)
-        self.running_since.pop(job_id, None)
+        self.inflight.running.pop(job_id, None)
+        self.inflight.running_since.pop(job_id, None)
         if watched is not None:
             self.refused[job_id] = await watched.ended(job_id, output.sink if output else None)
         if output is not None:
@@ -390,10 +383,10 @@ class Attempts:
     async def _unless_cancelled(self, job_id: str, *, ask_store: bool = False, exit_code: int | None = None) -> None:
         """End the attempt as `cancelled` (never retried) once an operator has cancelled the job. At the start of
         an attempt the store is asked too: a cancel made while the job was elsewhere, or before a restart."""
-        if ask_store and job_id not in self.cancelled:
+        if ask_store and job_id not in self.inflight.cancelled:
             with contextlib.suppress(*STORE_FAULTS):  # an unreachable store cancels nothing; the next beat asks again
                 if await cancelled_of(self.client, [job_id]):
-                    self.cancelled.add(job_id)
-        if job_id in self.cancelled:
+                    self.inflight.cancelled.add(job_id)
+        if job_id in self.inflight.cancelled:
             self.log("job_cancelled", {"jobId": job_id})
             raise JobFailure(Reason.CANCELLED, exit_code, retry=False)

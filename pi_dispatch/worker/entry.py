@@ -91,10 +91,10 @@ def settings_summary(settings: WorkerSettings) -> dict[str, object]:
 async def serve(settings: WorkerSettings, log: EventLog, stop: asyncio.Event) -> int:
     """Connect to Docker, run the worker until stop is set. Raises DockerUnavailable when Docker is not there."""
     from pi_dispatch.infra.store import store_of
-    from pi_dispatch.worker.containers import ContainerRuntime
-    from pi_dispatch.worker.egressproxy import egress_plan
+    from pi_dispatch.worker.gates.limits import read_limit_files
+    from pi_dispatch.worker.host.egressproxy import egress_plan
     from pi_dispatch.worker.lifecycle import Worker
-    from pi_dispatch.worker.limits import read_limit_files
+    from pi_dispatch.worker.run.containers import ContainerRuntime
 
     plan = egress_plan(settings)  # the profiles' lists read once (a config error raises here, before Docker)
     limit_files = read_limit_files(settings)  # so are the scoped limits and the pause windows

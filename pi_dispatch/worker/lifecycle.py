@@ -15,11 +15,10 @@ import asyncio
 import contextlib
 import os
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
@@ -27,7 +26,7 @@ from pi_dispatch.core.egressprofiles import EgressPlan
 from pi_dispatch.core.errors import ExitStatus
 from pi_dispatch.core.keys import host_queue_name
 from pi_dispatch.fleet.hosts import FleetHost, heartbeat_row
-from pi_dispatch.fleet.liveness import CONSUMER_STUCK_S, IDLE_POLL_S, progress_facts, stuck_consumer
+from pi_dispatch.fleet.liveness import CONSUMER_STUCK_S, IDLE_POLL_S, progress_facts
 from pi_dispatch.fleet.rehome import Rehomer
 from pi_dispatch.fleet.steal import Stealer
 from pi_dispatch.infra.clock import host_zone, wall_ms
@@ -37,35 +36,27 @@ from pi_dispatch.infra.sdnotify import feed_watchdog, notify, watchdog_interval_
 from pi_dispatch.infra.store import store_of
 from pi_dispatch.infra.supervise import Loop, OnFailure, ProcessFault, Supervisor
 from pi_dispatch.infra.valkey import STORE_FAULTS, bounded, describe
-from pi_dispatch.triggers.file import Trigger
-from pi_dispatch.triggers.schedules import load_cron
 from pi_dispatch.triggers.watch import TriggerWatch
+from pi_dispatch.worker.after.history import RunRecorder
 from pi_dispatch.worker.assembly import Hooks, Parts, assemble, worker_queues
 from pi_dispatch.worker.attempts import Attempts
-from pi_dispatch.worker.canary import boot_runtimes
-from pi_dispatch.worker.clockwatch import ClockWatch
-from pi_dispatch.worker.containers import STOP_GRACE_S, ContainerRuntime
-from pi_dispatch.worker.cron import CronSchedules
-from pi_dispatch.worker.history import RunRecorder, reap_logs
-from pi_dispatch.worker.jobdirs import clear_job_dirs
-from pi_dispatch.worker.limits import LimitFiles
+from pi_dispatch.worker.gates.limits import LimitFiles
+from pi_dispatch.worker.host.boot import TRIGGERS_LABEL, prepare_host, read_triggers, sweep_logs_forever
+from pi_dispatch.worker.host.canary import boot_runtimes
+from pi_dispatch.worker.host.clockwatch import ClockWatch
+from pi_dispatch.worker.host.cron import CronSchedules
+from pi_dispatch.worker.host.faults import FaultWatch, fault_budget_s, watch_faults
+from pi_dispatch.worker.host.status import StatusLine
+from pi_dispatch.worker.host.upkeep import Upkeep, UpkeepParts
 from pi_dispatch.worker.metrics import WorkerMetrics
-from pi_dispatch.worker.status import StatusLine
-from pi_dispatch.worker.upkeep import Upkeep, UpkeepParts
+from pi_dispatch.worker.run.containers import STOP_GRACE_S, ContainerRuntime
+from pi_dispatch.worker.take.drain import drain_consumers
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from pi_dispatch.config.worker_settings import WorkerSettings
-    from pi_dispatch.worker.pickup import Pickup
-
-SWEEP_INTERVAL_S: Final = 24 * 3600
-HEALTH_INTERVAL_S: Final = 5.0
-# The store or Docker may be away this many lock durations (never less than the floor) before the worker gives
-# up and exits 1 for systemd to start it again; by then every job it held has been fenced and put back.
-FAULT_BUDGET_LOCKS: Final = 2
-FAULT_BUDGET_FLOOR_S: Final = 10.0
-TRIGGERS_LABEL: Final = "PI_TRIGGERS_FILE"  # how logs and errors name the file: a name, never its path
+    from pi_dispatch.worker.take.pickup import Pickup
 
 
 @dataclass
@@ -125,12 +116,12 @@ class Worker:
 
     @property
     def running(self) -> dict[str, Any]:
-        return self.attempts.running
+        return self.attempts.inflight.running
 
     async def run(self, stop: asyncio.Event) -> int:
         settings = self.settings
-        boot_text, triggers = await self._read_triggers()
-        reaped, digest = await self._prepare_host()
+        boot_text, triggers = await read_triggers(settings)
+        reaped, digest = await prepare_host(self.runtime, settings, self.log)
         runtimes = await boot_runtimes(self.runtime, settings, self.log)  # each tried before any job is taken
         store = store_of(settings)
         client = store.client()
@@ -143,16 +134,28 @@ class Worker:
         self.metrics.clock(lambda: clock.offset_ms)
         hooks = Hooks(lambda: self.bullmq_workers, self._live_facts, self._move_own_queue)
         parts = self.parts = assemble(
-            settings, self.runtime, (store, client, clock), triggers=triggers, metrics=self.metrics, log=self.log,
-            hooks=hooks, jitter=self.jitter, beat_ms=self.beat_ms, egress_plan=self.egress_plan, runtimes=runtimes,
+            settings,
+            self.runtime,
+            (store, client, clock),
+            triggers=triggers,
+            metrics=self.metrics,
+            log=self.log,
+            hooks=hooks,
+            jitter=self.jitter,
+            beat_ms=self.beat_ms,
+            egress_plan=self.egress_plan,
+            runtimes=runtimes,
             limit_files=self.limit_files,
-        )  # fmt: skip
+        )
         await parts.attempts.limits.sweep_claims(reaped=True)  # the reap above listed this host's containers
         parts.attempts.limits.watch()
         self.metrics.start(
-            settings.metrics_addr, lambda: len(self.running), settings.concurrency, lambda: parts.control.draining,
+            settings.metrics_addr,
+            lambda: len(self.running),
+            settings.concurrency,
+            lambda: parts.control.draining,
             self.log,
-        )  # fmt: skip
+        )
         await parts.recorder.recover()  # records an earlier run could not write: kept in the store until written
         if parts.health.egress is not None and (down := await parts.health.egress.fault()) is not None:
             parts.health.fault(down)  # its first row says so: no job is taken only to go back
@@ -183,14 +186,31 @@ class Worker:
             Loop("consumers", consume, OnFailure.STOP, "a worker that takes no jobs must not beat as if it did"),
             Loop("health", self._health, OnFailure.STOP, "it is what notices the store or Docker gone for good"),
             Loop("beat", parts.registry.beat_forever, OnFailure.STOP, "a host that cannot beat is routed nothing"),
-            Loop("upkeep", Upkeep(self._upkeep_parts(parts, pickup), self.log).run, OnFailure.RESTART,
-                 "each beat stands alone: the next one reads everything again"),
-            Loop("rehome", partial(parts.rehomer.run_forever, stop), OnFailure.RESTART,
-                 "each sweep stands alone, under a lease with a TTL"),
-            Loop("control", parts.control.listen, OnFailure.RESTART,
-                 "a fresh subscription; the beat reads cancels and drains meanwhile"),
-            Loop("log-sweep", self._sweep_forever, OnFailure.RESTART, "the next day's sweep reads the folder again"),
-        ]  # fmt: skip
+            Loop(
+                "upkeep",
+                Upkeep(self._upkeep_parts(parts, pickup), self.log).run,
+                OnFailure.RESTART,
+                "each beat stands alone: the next one reads everything again",
+            ),
+            Loop(
+                "rehome",
+                partial(parts.rehomer.run_forever, stop),
+                OnFailure.RESTART,
+                "each sweep stands alone, under a lease with a TTL",
+            ),
+            Loop(
+                "control",
+                parts.control.listen,
+                OnFailure.RESTART,
+                "a fresh subscription; the beat reads cancels and drains meanwhile",
+            ),
+            Loop(
+                "log-sweep",
+                partial(sweep_logs_forever, self.settings, self.log),
+                OnFailure.RESTART,
+                "the next day's sweep reads the folder again",
+            ),
+        ]
         loops += primary_watch_loops(parts.store, self.log)
         if (interval := watchdog_interval_s()) is not None:
             feed = partial(feed_watchdog, interval)
@@ -199,13 +219,27 @@ class Worker:
 
     def _upkeep_parts(self, parts: Parts, pickup: Pickup) -> UpkeepParts:
         return UpkeepParts(
-            client=parts.client, recorder=parts.recorder, memory=parts.memory, metrics=self.metrics,
-            registry=parts.registry, control=parts.control, clock=parts.clock, health=parts.health,
-            epoch=parts.epoch, cron=parts.cron, status=self.status, runtime=self.runtime, stealer=pickup.stealer,
-            queues=self.queues, concurrency=self.settings.concurrency, running=lambda: len(self.running),
+            client=parts.client,
+            recorder=parts.recorder,
+            memory=parts.memory,
+            metrics=self.metrics,
+            registry=parts.registry,
+            control=parts.control,
+            clock=parts.clock,
+            health=parts.health,
+            epoch=parts.epoch,
+            cron=parts.cron,
+            status=self.status,
+            runtime=self.runtime,
+            stealer=pickup.stealer,
+            queues=self.queues,
+            concurrency=self.settings.concurrency,
+            running=lambda: len(self.running),
             last_poll_ms=lambda: max((bull.polled_at_ms for bull in self.bullmq_workers), default=0),
-            move_own_queue=self._move_own_queue, now=parts.clock.now, limits=parts.attempts.limits,
-        )  # fmt: skip
+            move_own_queue=self._move_own_queue,
+            now=parts.clock.now,
+            limits=parts.attempts.limits,
+        )
 
     async def _wind_down(self, watch: TriggerWatch | None, supervisor: Supervisor) -> None:
         """After the stop: the loops but the consumers' and the beat's, cron and the watch, then the drain, the
@@ -229,27 +263,6 @@ class Worker:
         # A stuck worker's last row (consumer: stuck) stays until its restart replaces it or it ages out, so
         # routers keep leaving this host out meanwhile.
         await parts.registry.close(keep_row=self.stuck)
-
-    async def _read_triggers(self) -> tuple[bytes, list[Trigger] | None]:
-        """The triggers file's bytes and triggers (None: cron disabled). A file that does not load is a config
-        error: the worker exits 2 before it touches anything."""
-        if self.settings.triggers_file is None:
-            return b"", None
-        return await asyncio.to_thread(load_cron, self.settings.triggers_file, TRIGGERS_LABEL)
-
-    async def _prepare_host(self) -> tuple[int, str | None]:
-        """Before anything is taken: a dead worker's containers and job folders removed, the job image's id
-        read, old logs reaped. Returns how many containers went and the image's id."""
-        settings = self.settings
-        reaped = await self.runtime.reap()
-        await asyncio.to_thread(clear_job_dirs, settings.jobs_dir, self.name)
-        digest = await self.runtime.image_id(settings.job_image)
-        if digest is None:
-            self.log("job_image_missing", {"image": settings.job_image})
-        with contextlib.suppress(OSError):
-            settings.logs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        await asyncio.to_thread(reap_logs, settings.logs_dir, settings.log_retention_days, log=self.log)
-        return reaped, digest
 
     async def _start_cron(self, boot_text: bytes) -> TriggerWatch | None:
         """Reconcile the schedulers (refused or failed: tried again each beat), then watch the file."""
@@ -277,86 +290,82 @@ class Worker:
 
     async def _start_consumers(self, parts: Parts) -> Pickup:
         """One BullMQ Worker per queue (own first for the pickup), driven by one slot-gated pickup."""
-        from pi_dispatch.worker.pickup import Pickup, open_consumers
+        from pi_dispatch.worker.take.pickup import Pickup, open_consumers
 
         settings, attempts = self.settings, parts.attempts
         self.bullmq_workers = await open_consumers(
-            self.queues, parts.store, settings=settings, attempts=attempts, log=self.log, poll_s=self.idle_poll_s,
+            self.queues,
+            parts.store,
+            settings=settings,
+            attempts=attempts,
+            log=self.log,
+            poll_s=self.idle_poll_s,
             quiet=parts.memory.refusal,
-        )  # fmt: skip
+        )
         stealer = None
         if settings.worker_name_declared:
             stealer = Stealer(
-                parts.client, self.name, settings.steal_after_ms, attempts.capabilities, attempts.refuses,
+                parts.client,
+                self.name,
+                settings.steal_after_ms,
+                attempts.capabilities,
+                attempts.refuses,
                 parts.clock.now,
-            )  # fmt: skip
+            )
 
         def blocked() -> bool:  # no new work while it cannot record, its clock is off, a cause on its side fails
             # jobs, or the store is full
             return parts.recorder.blocked or parts.clock.skewed or parts.health.unhealthy or parts.memory.full
 
         self.pickup = Pickup(
-            list(reversed(self.bullmq_workers)), settings.concurrency, self.idle_poll_s, stealer, settings.steal,
-            self.log, self.metrics, blocked=blocked,
-        )  # fmt: skip
+            list(reversed(self.bullmq_workers)),
+            settings.concurrency,
+            self.idle_poll_s,
+            stealer,
+            settings.steal,
+            self.log,
+            self.metrics,
+            blocked=blocked,
+        )
         return self.pickup
 
     async def _health(self) -> None:
-        """Raises ProcessFault with why the worker cannot go on: a consumer stuck, Docker gone with no job to wait
-        for, or the store gone too long."""
-        budget_s = max(FAULT_BUDGET_FLOOR_S, FAULT_BUDGET_LOCKS * self.settings.lock_duration_ms / 1000)
-        interval = min(HEALTH_INTERVAL_S, budget_s / 4)
-        registry = self.made.registry
-        docker_lost: float | None = None
-        while True:
-            await asyncio.sleep(interval)
-            now = time.monotonic()
-            if (stuck := stuck_consumer(self.bullmq_workers, now, self.stuck_after_s)) is not None:
-                self.stuck = True  # the row says so at once, so routers leave this host out before it restarts
-                await registry.publish()
-                self.log("consumer_stuck", {"queue": stuck.queue, "seconds": round(stuck.seconds)})
-                raise ProcessFault(stuck.reason)
-            docker_lost = None if await self.runtime.ping() else (docker_lost or now)
-            if docker_lost is not None and now - docker_lost >= budget_s and not self.running:
-                raise ProcessFault(f"the Docker daemon has been unreachable for {now - docker_lost:.0f} s")
-            away = registry.unreachable_for()
-            if away >= budget_s:
-                raise ProcessFault(f"Valkey has been unreachable for {away:.0f} s")
+        """Raises ProcessFault with why the worker cannot go on (`host/faults.py`)."""
+        budget_s = fault_budget_s(self.settings.lock_duration_ms)
+
+        def stuck() -> None:  # the row says so at once, so routers leave this host out before it restarts
+            self.stuck = True
+
+        await watch_faults(
+            FaultWatch(self.made.registry, self.runtime, lambda: self.bullmq_workers, lambda: bool(self.running)),
+            budget_s,
+            self.stuck_after_s,
+            stuck,
+            self.log,
+        )
 
     async def _drain(self) -> None:
         """Take nothing new; let running containers finish within the grace, then stop them and put their jobs back."""
-        self.attempts.draining.set()
+        inflight = self.attempts.inflight
+        inflight.draining.set()
         self.log("worker_draining", {"running": len(self.running)})
-        # Pausing stops fetching and waits for the jobs in hand while their locks are still renewed;
-        # BullMQ's close() stops renewing them at once, which would hand a long job to a second host.
-        pausing = [asyncio.ensure_future(bull.pause()) for bull in self.bullmq_workers]
-        _, pending = await asyncio.wait(pausing, timeout=self.settings.drain_grace_ms / 1000) if pausing else ((), ())
-        if pending:
-            self.log("drain_grace_over", {"running": len(self.running)})
-            self.attempts.abort_all()
-            _, pending = await asyncio.wait(pending, timeout=STOP_GRACE_S * 3)
-        for task in pending:
-            task.cancel()
-        closing = [asyncio.ensure_future(bull.close()) for bull in self.bullmq_workers]
-        if closing:
-            _, pending = await asyncio.wait(closing, timeout=STOP_GRACE_S)
-            if pending:  # a job's last write still retrying against a store that is gone (BullMQ retries minutes):
-                # force it, so no close is left to the loop's shutdown (BullMQ's close spins on a cancelled one)
-                forcing = [asyncio.ensure_future(bull.close(force=True)) for bull in self.bullmq_workers]
-                _, pending = await asyncio.wait([*pending, *forcing], timeout=STOP_GRACE_S)
-                self.log("consumers_forced_closed", {"left": len(pending)})
-
-    async def _sweep_forever(self) -> None:
-        while True:
-            await asyncio.sleep(SWEEP_INTERVAL_S)
-            settings = self.settings
-            await asyncio.to_thread(reap_logs, settings.logs_dir, settings.log_retention_days, log=self.log)
+        grace_s = self.settings.drain_grace_ms / 1000
+        await drain_consumers(
+            self.bullmq_workers,
+            grace_s,
+            stop_grace_s=STOP_GRACE_S,
+            abort_all=inflight.abort_all,
+            running=lambda: len(self.running),
+            log=self.log,
+        )
 
     def _live_facts(self) -> dict[str, str]:
         """The row's facts read for every beat: progress (`fleet/liveness.py`) and cron (`fpCron`, `cronCount`)."""
         parts, concurrency = self.made, self.settings.concurrency
         held = len(self.pickup.held) if self.pickup is not None else 0
-        progress = progress_facts(self.bullmq_workers, parts.attempts.running_since, concurrency, self.stuck, held)
+        progress = progress_facts(
+            self.bullmq_workers, parts.attempts.inflight.running_since, concurrency, self.stuck, held
+        )
         facts = progress | dict(parts.cron.row_facts()) | parts.control.row_facts() | dict(parts.clock.row_facts())
         return facts | dict(parts.health.row_facts()) | parts.attempts.limits.row_facts()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pi_dispatch.worker.egressproxy import read_allowlist
+from pi_dispatch.worker.host.egressproxy import read_allowlist
 from tests.support.helpers import run_cli
 
 

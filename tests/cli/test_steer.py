@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from pi_dispatch.core.capabilities import explain_route, is_draining
+from pi_dispatch.core.capabilities import is_draining
+from pi_dispatch.core.routing import explain_route
 from pi_dispatch.fleet.control import Drain, read_drain, request_drain
 from pi_dispatch.fleet.enqueue import ForgeRouter, forge_job_options, registry_reader
 from pi_dispatch.fleet.registry import HostRegistry

@@ -10,23 +10,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pi_dispatch.core.capabilities import (
+    CAP_SECRET,
+    CAP_WAIT,
+    ROUTE_FRESH_MS,
+    capability_tokens,
+    job_needs,
+    parse_caps,
+    parse_caps_ordered,
+    serialize_caps,
+)
+from pi_dispatch.core.jscompat import fnv1a32
+from pi_dispatch.core.routing import (
     ABSTAIN_ALL_CAPABLE,
     ABSTAIN_NO_NEEDS,
     ABSTAIN_NONE_CAPABLE,
     ABSTAIN_NOT_ROUTABLE,
-    CAP_SECRET,
-    CAP_WAIT,
-    ROUTE_FRESH_MS,
     RouteTable,
-    capability_tokens,
     explain_route,
-    job_needs,
-    parse_caps,
-    parse_caps_ordered,
     route_forge_job,
-    serialize_caps,
 )
-from pi_dispatch.core.jscompat import fnv1a32
 
 
 def H(name: str, caps: str, routes: object = "true", stale_ms: object = 0) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from pi_dispatch.config.hostvars import PREFIX, InventoryHost
 from pi_dispatch.config.worker_settings import load_settings
 from pi_dispatch.demo.workers import worker_environment
-from pi_dispatch.worker.egressproxy import egress_plan
+from pi_dispatch.worker.host.egressproxy import egress_plan
 
 
 def test_a_hosts_profile_allowlists_are_written_locally_and_read_as_the_worker_reads_them(tmp_path: Path) -> None:

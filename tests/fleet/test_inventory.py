@@ -148,7 +148,7 @@ def test_every_example_host_is_valid_and_the_role_renders_what_config_render_pri
 
 
 def test_the_profile_lists_the_role_writes_are_where_the_env_file_names_them_and_read_back(tmp_path: Path) -> None:
-    from pi_dispatch.worker.egressproxy import egress_plan
+    from pi_dispatch.worker.host.egressproxy import egress_plan
 
     env_file = str(tmp_path / "worker.env")
     profiles = {"deploy": ["api.example.com", ".cdn.example"], "sealed": "offline"}

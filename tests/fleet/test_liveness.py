@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from pi_dispatch.core.capabilities import explain_route, route_forge_job
 from pi_dispatch.core.keys import host_row_key
+from pi_dispatch.core.routing import explain_route, route_forge_job
 from pi_dispatch.fleet.liveness import (
     POLL_SILENCE_S,
     ROW_JOBS_MAX,

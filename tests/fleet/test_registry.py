@@ -8,8 +8,9 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from pi_dispatch.core.capabilities import capability_tokens, route_forge_job, serialize_caps
+from pi_dispatch.core.capabilities import capability_tokens, serialize_caps
 from pi_dispatch.core.keys import fleet_queue_names, queue_of_meta_key, union_queue_names
+from pi_dispatch.core.routing import route_forge_job
 from pi_dispatch.fleet.registry import HOST_BEAT_MS, HOST_TTL_MS, HostRegistry, LiveHosts, Unreachable, read_live_hosts
 from pi_dispatch.infra.events import Recorder
 from pi_dispatch.infra.valkey import connect

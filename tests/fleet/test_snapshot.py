@@ -7,8 +7,8 @@ import json
 import pytest
 import redis.asyncio as aioredis
 
-from pi_dispatch.core.capabilities import RouteTable
 from pi_dispatch.core.keys import DRAINED_HOSTS, HOST_SNAPSHOT, HOST_SNAPSHOT_LEASE, REHOME_SILENT
+from pi_dispatch.core.routing import RouteTable
 from pi_dispatch.fleet.registry import HostRegistry
 from pi_dispatch.fleet.snapshot import MAX_AGE_MS, FleetView, fleet_view, parse_snapshot, read_drained
 

@@ -155,8 +155,8 @@ async def test_a_workers_whole_run_passes_through_it(
 
     from pi_dispatch.core.exitauth import new_exit_key
     from pi_dispatch.core.runusage import RunUsage
-    from pi_dispatch.worker.containers import ContainerRuntime, StopRequest
-    from pi_dispatch.worker.jobspec import ContainerSpec
+    from pi_dispatch.worker.prepare.jobspec import ContainerSpec
+    from pi_dispatch.worker.run.containers import ContainerRuntime, StopRequest
 
     place, jobs, log = proxied
     job_dir = jobs / "gh-proxied"

@@ -16,7 +16,8 @@ from redis import exceptions as redis_errors
 from pi_dispatch.demo.store import free_port
 from pi_dispatch.infra.events import Recorder
 from pi_dispatch.infra.primarywatch import PrimaryWatch, parse_switch, primary_watch_loops
-from pi_dispatch.infra.store import FollowingConnection, StoreAddress
+from pi_dispatch.infra.sentinel import FollowingConnection
+from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.testing.replicated import ReplicatedStore
 
 CEILING_S = 90.0  # the Sentinels' vote, a TILT on a loaded machine included: only a hang reaches it

@@ -13,16 +13,8 @@ from redis.exceptions import ConnectionError as StoreConnectionError
 
 from pi_dispatch.core.storeusers import WORKER
 from pi_dispatch.fleet.enqueue import Enqueuer, ForgeRouter, NotReplicated
-from pi_dispatch.infra.store import (
-    DEFAULT_PRIMARY_NAME,
-    NotPrimary,
-    PrimaryCheck,
-    ReplicaCount,
-    StoreAddress,
-    database_of,
-    parse_sentinels,
-    store_from_environ,
-)
+from pi_dispatch.infra.store import DEFAULT_PRIMARY_NAME, StoreAddress, database_of, parse_sentinels, store_from_environ
+from pi_dispatch.infra.storeprobes import NotPrimary, PrimaryCheck, ReplicaCount
 from pi_dispatch.testing.jobs import forge_job
 from pi_dispatch.testing.replicated import PRIMARY_NAME, SETTLE_CEILING_S, ReplicatedStore
 

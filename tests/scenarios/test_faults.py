@@ -22,7 +22,7 @@ from pi_dispatch.demo.jobimage import build_example_image
 from pi_dispatch.fleet.rehome import MAX_STALLS
 from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
 from pi_dispatch.testing.services import PrivateDocker, RedisServer
-from pi_dispatch.worker.history import read_records
+from pi_dispatch.worker.after.history import read_records
 from tests.support.helpers import run_cli_process
 from tests.support.workers import (
     ContainerWatch,

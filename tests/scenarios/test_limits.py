@@ -25,7 +25,7 @@ from pi_dispatch.core.budget import Window, scope_ledger, scope_slot_prefix, tok
 from pi_dispatch.core.keys import bull_key
 from pi_dispatch.infra.valkey import fleet_id
 from pi_dispatch.testing.jobs import forge_job
-from pi_dispatch.worker.containers import LABEL_FLEET
+from pi_dispatch.worker.run.containers import LABEL_FLEET
 from tests.support.helpers import run_cli, run_cli_process
 from tests.support.workers import (
     CEILING_S,

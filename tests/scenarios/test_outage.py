@@ -14,7 +14,7 @@ from pi_dispatch.fleet.registry import HostRegistry, LiveHosts, read_live_hosts
 from pi_dispatch.infra.events import Recorder
 from pi_dispatch.infra.valkey import connect
 from pi_dispatch.testing.services import RedisServer
-from pi_dispatch.worker.history import RunRecorder, read_records
+from pi_dispatch.worker.after.history import RunRecorder, read_records
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from pi_dispatch.core.egress import parse_allowlist
 from pi_dispatch.infra.squid import Listener, ProxyPlace, squid_config
-from pi_dispatch.worker.egressproxy import answers
+from pi_dispatch.worker.host.egressproxy import answers
 
 CEILING_S = 30.0  # only a hang reaches it
 # The names the proxy resolves (its own hosts file): two stand-ins, and listed names pointed inside.
@@ -215,7 +215,13 @@ def egress_network(client: Any, name: str = "", bridge: str = "") -> Iterator[Eg
     from docker.errors import APIError
 
     from pi_dispatch.core.egress import PROXY_PORT
-    from pi_dispatch.worker.jobnetwork import apply_rules, drop_rules, egress_rules_for, ensure_network, gateway_of
+    from pi_dispatch.worker.gates.jobnetwork import (
+        apply_rules,
+        drop_rules,
+        egress_rules_for,
+        ensure_network,
+        gateway_of,
+    )
 
     suffix = uuid.uuid4().hex[:6]
     name, bridge = name or f"pi-egress-w{suffix}", bridge or f"piew{suffix}"

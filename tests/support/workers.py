@@ -19,9 +19,9 @@ from pi_dispatch.config.worker_settings import WorkerSettings, load_settings
 from pi_dispatch.infra.events import Recorder
 from pi_dispatch.infra.valkey import fleet_id
 from pi_dispatch.testing.services import UNCAPPED
-from pi_dispatch.worker.containers import ContainerRuntime
 from pi_dispatch.worker.entry import frozen_settings
 from pi_dispatch.worker.lifecycle import Worker
+from pi_dispatch.worker.run.containers import ContainerRuntime
 
 # How long a wait on an event (a log line, a job's state) may take before it is called a hang: far past what a loaded
 # machine needs (pytest in two processes and molecule's hosts beside it), well inside pytest's per-test timeout.
@@ -133,7 +133,7 @@ class ContainerWatch:
     """Polls the daemon for a job's running containers, so a test can say none ever ran twice at once."""
 
     def __init__(self, docker_client: Any, job_id: str, interval_s: float = 0.1, label: str | None = None) -> None:
-        from pi_dispatch.worker.containers import LABEL_JOB
+        from pi_dispatch.worker.run.containers import LABEL_JOB
 
         self.docker, self.interval_s = docker_client, interval_s
         self.label = label or f"{LABEL_JOB}={job_id}"  # or any label: every container carrying it

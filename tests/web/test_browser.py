@@ -147,7 +147,7 @@ async def test_an_operator_cancels_a_running_job_and_its_container_goes_while_a_
 ) -> None:  # fmt: skip
     from selenium.webdriver.common.by import By
 
-    from pi_dispatch.worker.containers import LABEL_JOB
+    from pi_dispatch.worker.run.containers import LABEL_JOB
 
     def containers() -> list[Any]:
         return list(docker_client.containers.list(filters={"label": f"{LABEL_JOB}=gh-cancelled"}))

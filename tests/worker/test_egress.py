@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pi_dispatch.worker.jobnetwork import (
+from pi_dispatch.worker.gates.jobnetwork import (
     IPTABLES,
     NO_RESOLVER,
     apply_rules,

@@ -23,9 +23,9 @@ from pi_dispatch.core.names import record_stem
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.infra.squid import Listener
 from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
-from pi_dispatch.worker.egressgate import EgressDown, EgressGate
-from pi_dispatch.worker.egressproxy import egress_plan
-from pi_dispatch.worker.history import read_attempt_records
+from pi_dispatch.worker.after.history import read_attempt_records
+from pi_dispatch.worker.gates.egressgate import EgressDown, EgressGate
+from pi_dispatch.worker.host.egressproxy import egress_plan
 from tests.support.egress import (
     GREETING,
     EgressNetwork,

@@ -10,7 +10,7 @@ import pytest
 
 from pi_dispatch.config.worker_settings import WorkerSettings, load_settings
 from pi_dispatch.core.errors import ConfigError
-from pi_dispatch.worker.egressproxy import egress_plan
+from pi_dispatch.worker.host.egressproxy import egress_plan
 
 
 def _settings(**env: Any) -> WorkerSettings:

@@ -22,11 +22,11 @@ from pi_dispatch.core.names import record_stem
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.core.runtimes import RUNSC, RuntimeChoice
 from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
-from pi_dispatch.worker.canary import CANARY_JOB, try_runtimes
-from pi_dispatch.worker.containers import LABEL_FLEET, LABEL_HOST, LABEL_INSTANCE, LABEL_JOB, ContainerRuntime
-from pi_dispatch.worker.jobplace import JobPlace
-from pi_dispatch.worker.scripts import Refusal
-from pi_dispatch.worker.secrets import SecretsGate
+from pi_dispatch.worker.gates.jobplace import JobPlace
+from pi_dispatch.worker.gates.scripts import Refusal
+from pi_dispatch.worker.gates.secrets import SecretsGate
+from pi_dispatch.worker.host.canary import CANARY_JOB, try_runtimes
+from pi_dispatch.worker.run.containers import LABEL_FLEET, LABEL_HOST, LABEL_INSTANCE, LABEL_JOB, ContainerRuntime
 from tests.support.helpers import run_cli
 from tests.support.workers import CEILING_S, finished_job, running_worker, settings_of, worker_env
 

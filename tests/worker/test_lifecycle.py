@@ -26,8 +26,8 @@ from pi_dispatch.fleet.mirror import read_mirrored_runs
 from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.testing.jobs import RESOLVER, forge_job, write_script
 from pi_dispatch.testing.services import RedisServer
-from pi_dispatch.worker.containers import LABEL_HOST
-from pi_dispatch.worker.history import read_records
+from pi_dispatch.worker.after.history import read_records
+from pi_dispatch.worker.run.containers import LABEL_HOST
 from tests.support.helpers import run_cli
 from tests.support.workers import (
     ContainerWatch,

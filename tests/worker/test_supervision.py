@@ -17,10 +17,10 @@ from pi_dispatch.infra import sdnotify
 from pi_dispatch.infra.events import Recorder
 from pi_dispatch.infra.supervise import Loop, OnFailure, ProcessFault, Supervisor
 from pi_dispatch.worker import lifecycle
-from pi_dispatch.worker.control import Control
+from pi_dispatch.worker.host.control import Control
+from pi_dispatch.worker.host.storememory import StoreMemoryWatch
 from pi_dispatch.worker.lifecycle import Worker
-from pi_dispatch.worker.pickup import Pickup
-from pi_dispatch.worker.storememory import StoreMemoryWatch
+from pi_dispatch.worker.take.pickup import Pickup
 from tests.support.helpers import failing_once, until
 from tests.support.workers import CEILING_S, running_worker, settings_of, worker_env
 

@@ -42,10 +42,17 @@ ACTION_MAP: Final[Mapping[str, Mapping[str, str]]] = {
 # Words Forgejo sends that name nothing to act on: refused as such rather than as an unknown event.
 NOT_ACTIONABLE: Final = frozenset(
     {
-        "label_cleared", "edited", "assigned", "unassigned", "milestoned", "demilestoned", "reviewed",
-        "review_requested", "review_request_removed",
+        "label_cleared",
+        "edited",
+        "assigned",
+        "unassigned",
+        "milestoned",
+        "demilestoned",
+        "reviewed",
+        "review_requested",
+        "review_request_removed",
     }
-)  # fmt: skip
+)
 
 
 # The objects each event's payload never holds: a signed body sent again under another event's name.

@@ -1,0 +1,1 @@
+"""Preparing a job: its folder and its container's spec."""

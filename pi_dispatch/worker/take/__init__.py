@@ -1,0 +1,1 @@
+"""Taking a job: BullMQ's consumers and slot-gated pickup, stealing included."""
