@@ -87,3 +87,34 @@ def test_the_architecture_guide_draws_the_same_layers() -> None:
     guide = (REPO / "docs" / "architecture.md").read_text()
     drawn = " > ".join(" | ".join(layer) for layer in _layers())
     assert re.sub(r"\s+", " ", drawn) in re.sub(r"\s+", " ", guide)
+
+
+def test_no_line_is_kept_from_the_formatter() -> None:
+    """Module sizes are as `ruff format` writes them: no line is held back from it to save lines."""
+    kept = [
+        f"{path.relative_to(PACKAGE)}:{number}"
+        for path in PACKAGE.rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"#\s*fmt:\s*(skip|off)", line)
+    ]
+    assert kept == []
+
+
+def _worker_rooms() -> list[str]:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    contract = next(
+        c for c in config["tool"]["importlinter"]["contracts"] if c.get("containers") == ["pi_dispatch.worker"]
+    )
+    return [name.strip() for layer in contract["layers"] for name in re.split(r"[:|]", layer)]
+
+
+def test_the_worker_is_in_rooms_each_saying_what_it_holds_and_every_module_is_layered() -> None:
+    worker = PACKAGE / "worker"
+    rooms = {path.parent.name for path in worker.glob("*/__init__.py")}
+    loose = {path.stem for path in worker.glob("*.py") if path.name != "__init__.py"}
+    assert rooms and sorted(rooms | loose) == sorted(_worker_rooms())  # nothing escapes the stage contract
+    for room in rooms:
+        said = ast.get_docstring(ast.parse((worker / room / "__init__.py").read_text())) or ""
+        assert len(said) > 20 and "\n" not in said.strip(), f"worker/{room}/__init__.py: one line saying what it holds"
+    guide = (REPO / "docs" / "architecture.md").read_text().split("## The worker's rooms", 1)[1]
+    assert all(re.search(rf"^{re.escape(room)}\s", guide, flags=re.M) for room in rooms)

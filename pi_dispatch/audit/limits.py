@@ -17,20 +17,16 @@ from pi_dispatch.audit.findings import Finding
 from pi_dispatch.config.hostvars import InventoryHost
 from pi_dispatch.config.kinds import form_of
 from pi_dispatch.config.worker_settings import WorkerSettings
-from pi_dispatch.core.budget import LIMITS_ROW_FIELD
+from pi_dispatch.core.budget import LIMITS_ROW_FIELD, WINDOWS
 from pi_dispatch.core.dollarplan import FPUSD_ROW_FIELD, spend_groups
 from pi_dispatch.infra.valkey import reply_text
 
 CAPS = (
-    "daily_cap",
-    "weekly_cap",
-    "monthly_cap",
+    *(spec.cap_setting for spec in WINDOWS),
     "soft_hold_pct",
     "daily_token_cap",
     "max_cost_usd",
-    "daily_cost_usd",
-    "weekly_cost_usd",
-    "monthly_cost_usd",
+    *(spec.usd_setting for spec in WINDOWS),
 )
 FILES = ("scoped_limits", "pause_windows")
 

@@ -20,7 +20,6 @@ from pi_dispatch.core.jscompat import finite, js_number
 from pi_dispatch.fleet.hosts import FleetHost
 from pi_dispatch.fleet.liveness import POLL_SILENCE_S
 
-GATE_TIMEOUT_S: Final = 180.0
 LOST: Final = "unknown"  # BullMQ's state of a job id no queue holds
 
 

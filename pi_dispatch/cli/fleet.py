@@ -95,7 +95,8 @@ def runs(
     since: Annotated[
         str | None,
         typer.Option(
-            "--since", help="Only runs that ended since (ISO time or an age: 2h, 7d); with --json, a cost report."
+            "--since",
+            help="Only runs that ended since (ISO time or an age: 2h, 7d); with --json, each with its dollars.",
         ),
     ] = None,
     logs_dir: Annotated[

@@ -31,7 +31,9 @@ def read_job_file(path: Path) -> dict[str, object]:
 
 
 def route(
-    job: Annotated[Path, typer.Option("--job", help="The job's data as JSON (what the receiver would enqueue).")],
+    job: Annotated[
+        Path, typer.Option("--job", help="A file holding the job's data as JSON (what the receiver would enqueue).")
+    ],
     kind: Annotated[str, typer.Option("--kind", help=KIND_HELP)] = "github",
     offline: Annotated[
         bool,
@@ -100,7 +102,9 @@ def route(
 
 
 def enqueue(
-    job: Annotated[Path, typer.Option("--job", help="The job's data as JSON (what the receiver would enqueue).")],
+    job: Annotated[
+        Path, typer.Option("--job", help="A file holding the job's data as JSON (what the receiver would enqueue).")
+    ],
     kind: Annotated[str, typer.Option("--kind", help=KIND_HELP)] = "github",
     if_absent: Annotated[
         bool, typer.Option("--if-absent", help="A job id that exists already is not an error (exit 0).")

@@ -27,18 +27,20 @@ def _at(ms: int) -> str:
 
 def limits(env_file: EnvFileOption = None, url: ValkeyUrlOption = None, as_json: JsonOption = False) -> None:
     """The fleet's limit windows now: used, this host's cap (its env file's, or the defaults), resets at; each
-    scope's; and the live hosts whose caps differ. Exit 1 when the store cannot be read."""
+    scope's; and the live hosts whose caps differ. With --env-file, the file's store too (--valkey-url overrides
+    it). Exit 1 when the store cannot be read."""
     from pi_dispatch.cli.reads import store_address, with_client
     from pi_dispatch.config.worker_settings import load_settings
     from pi_dispatch.fleet.limitview import read_limits
     from pi_dispatch.fleet.snapshot import registry_now
     from pi_dispatch.infra.clock import wall_ms
+    from pi_dispatch.infra.store import store_of
     from pi_dispatch.infra.valkey import STORE_FAULTS, describe
     from pi_dispatch.worker.gates.limits import read_limit_files
 
     settings = load_settings(env_file)
     scoped, _ = read_limit_files(settings)
-    store = store_address(url)
+    store = store_of(settings) if env_file is not None and url is None else store_address(url)  # the file's store
 
     async def read(client: Any) -> LimitsView | str:
         try:

@@ -181,14 +181,13 @@ def runtime_reap() -> None:
 
 def _docker_or_exit(what: str) -> Any:
     """The Docker daemon's client, or exit 1 saying it does not answer."""
-    import docker
-
     from pi_dispatch.cli.common import console
+    from pi_dispatch.infra.dockerclient import DockerUnreachable, docker_client
 
     try:
-        return docker.from_env()
-    except docker.errors.DockerException as error:
-        console.print(f"{what}: the Docker daemon does not answer ({type(error).__name__})", highlight=False)
+        return docker_client()
+    except DockerUnreachable as unreachable:
+        console.print(f"{what}: {unreachable}", highlight=False)
         raise typer.Exit(1) from None
 
 

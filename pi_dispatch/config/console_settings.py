@@ -11,32 +11,23 @@ actions too, once PI_CONSOLE_ACTIONS=1). With no login declared, the console ask
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Final
 
-from pi_dispatch.config.declaration import DeclaredSettings, load_declared, setting
+from pi_dispatch.config.declaration import load_declared, setting
 from pi_dispatch.config.envfile import render_env
 from pi_dispatch.config.forms import TextForm
 from pi_dispatch.config.kinds import (
-    PRIMARY_NAME_HELP,
-    SENTINEL_PASSWORD_HELP,
-    SENTINELS_HELP,
     Flag,
     HostFile,
-    Password,
-    PrimaryName,
-    Sentinels,
-    ValkeyUrl,
     Whole,
     form_of,
     matching,
 )
+from pi_dispatch.config.store_settings import StoreSettings
 from pi_dispatch.core.errors import ConfigError, Problem
-from pi_dispatch.infra.store import DEFAULT_PRIMARY_NAME
-from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL
 
 ROLES: Final = ("read", "operate")
 LOGIN: Final = r"[a-z][a-z0-9_.-]{0,31}:(?:read|operate):[0-9a-f]{64}"
@@ -51,7 +42,6 @@ Logins = Annotated[str, matching(_LOGINS), _LOGINS]
 HostNames = Annotated[str, matching(_HOSTS), _HOSTS]
 ProxyAddress = Annotated[str, matching(_PROXY), _PROXY]
 BindAddress = Annotated[str, matching(_BIND), _BIND]
-SECRET_FIX: Final = "one line with no control characters; keep it in a vault and the env file 0600"  # noqa: S105
 
 
 @dataclass(frozen=True)
@@ -70,21 +60,9 @@ def parse_logins(text: str) -> tuple[Login, ...]:
     return tuple(found)
 
 
-class ConsoleSettings(DeclaredSettings):
+class ConsoleSettings(StoreSettings):
     """The typed configuration the console runs with, in the order the env file lists it."""
 
-    valkey_url: ValkeyUrl = setting(
-        "VALKEY_URL",
-        DEFAULT_VALKEY_URL,
-        "The shared Valkey the console reads (and, with actions on, steers jobs and hosts through).",
-        "a URL such as redis://store.lan:6379/0, rediss://store.lan:6380 or unix:///run/valkey/valkey.sock",
-    )
-    valkey_password: Password = setting(
-        "VALKEY_PASSWORD", None, "Valkey password, kept out of the URL. A password inside the URL wins.", SECRET_FIX
-    )
-    valkey_sentinels: Sentinels = setting("VALKEY_SENTINELS", "", *SENTINELS_HELP)
-    valkey_primary_name: PrimaryName = setting("VALKEY_PRIMARY_NAME", DEFAULT_PRIMARY_NAME, *PRIMARY_NAME_HELP)
-    valkey_sentinel_password: Password = setting("VALKEY_SENTINEL_PASSWORD", None, *SENTINEL_PASSWORD_HELP)
     bind: BindAddress = setting(
         "PI_CONSOLE_BIND",
         "127.0.0.1",
@@ -176,7 +154,6 @@ def load_console_settings(env_file: Path | None = None) -> ConsoleSettings:
     return settings
 
 
-LOGIN_RE: Final = re.compile(LOGIN)
 CONSOLE_PREFIX: Final = "pi_dispatch_console_"
 ROLE_VARS: Final = frozenset({"package", "user", "home", "venv", "env_file", "service_state", "service_enabled"})
 

@@ -18,7 +18,6 @@ from typing import Final
 from pi_dispatch.core.errors import Problem
 
 KEY: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-SECRET_KEYS: Final = frozenset({"VALKEY_PASSWORD", "VALKEY_SENTINEL_PASSWORD"})
 _UNQUOTED_SAFE: Final = re.compile(r"[A-Za-z0-9_@%+=:,./-]*")
 _DOUBLE_ESCAPES: Final = {'"': '"', "\\": "\\", "$": "$", "`": "`", "n": "\n", "t": "\t"}
 

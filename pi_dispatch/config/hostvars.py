@@ -29,7 +29,6 @@ from pi_dispatch.core.profiles import ABSOLUTE_SCRIPT, MAX_PROFILES
 from pi_dispatch.infra.valkey import redacted
 
 WORKERS_GROUP: Final = "pi_dispatch_workers"
-STORE_GROUP: Final = "pi_dispatch_store"
 HEADER: Final = "Rendered by pi-dispatch from the inventory for host {host}; a rollout overwrites edits."
 DEFAULT_ENV_FILE: Final = "/etc/pi-dispatch/worker.env"  # the role's default for pi_dispatch_worker_env_file
 TRIGGERS_NAME: Final = "triggers.json"

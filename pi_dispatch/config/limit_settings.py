@@ -117,9 +117,9 @@ class LimitSettings(DeclaredSettings):
     @property
     def dollar_caps(self) -> WindowCaps:
         """The fleet's dollar windows, in micro-dollars."""
-        return WindowCaps(self.daily_cost_usd, self.weekly_cost_usd, self.monthly_cost_usd)
+        return WindowCaps.of(lambda spec: getattr(self, spec.usd_setting))
 
     @property
     def job_caps(self) -> WindowCaps:
         """The caps of the fleet's own job-count windows."""
-        return WindowCaps(self.daily_cap, self.weekly_cap, self.monthly_cap)
+        return WindowCaps.of(lambda spec: getattr(self, spec.cap_setting))

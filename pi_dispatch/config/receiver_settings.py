@@ -15,27 +15,20 @@ from typing import Annotated, Any, Final
 
 from pydantic import SecretStr, create_model, field_validator
 
-from pi_dispatch.config.declaration import DeclaredSettings, setting
+from pi_dispatch.config.declaration import setting
 from pi_dispatch.config.envfile import render_env
 from pi_dispatch.config.forms import TextForm
 from pi_dispatch.config.kinds import (
     HOST_PORT,
-    PRIMARY_NAME_HELP,
-    SENTINEL_PASSWORD_HELP,
-    SENTINELS_HELP,
     Password,
-    PrimaryName,
-    Sentinels,
-    ValkeyUrl,
     Whole,
     WholeMs,
     matching,
 )
+from pi_dispatch.config.store_settings import SECRET_FIX, StoreSettings
 from pi_dispatch.core.descriptors import descriptors_needed
 from pi_dispatch.core.errors import ConfigError, Problem
 from pi_dispatch.core.forges import FORGES, ForgeVariable
-from pi_dispatch.infra.store import DEFAULT_PRIMARY_NAME
-from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL
 
 IDENTITY_RETRY_FLOOR_S: Final = 60
 
@@ -71,10 +64,8 @@ VariableName = Annotated[str, matching(_VARIABLE), _VARIABLE]
 KeyPath = Annotated[str | None, matching(_KEY_PATH), _KEY_PATH]
 PrivateKey = Annotated[SecretStr | None, matching(_PEM), _PEM]
 
-SECRET_FIX: Final = "one line with no control characters; keep it in a vault and the env file 0600"  # noqa: S105 - advice
 
-
-class ReceiverSettings(DeclaredSettings):
+class ReceiverSettings(StoreSettings):
     """The typed configuration the receiver runs with, in the order the env file lists it."""
 
     triggers_file: FilePath = setting(
@@ -83,18 +74,6 @@ class ReceiverSettings(DeclaredSettings):
         "The triggers file (relative to the working directory unless absolute); watched and reloaded live.",
         "a path such as /etc/pi-dispatch-triggers/triggers.json",
     )
-    valkey_url: ValkeyUrl = setting(
-        "VALKEY_URL",
-        DEFAULT_VALKEY_URL,
-        "The shared Valkey the jobs are queued on and the registry read from.",
-        "a URL such as redis://store.lan:6379/0, rediss://store.lan:6380 or unix:///run/valkey/valkey.sock",
-    )
-    valkey_password: Password = setting(
-        "VALKEY_PASSWORD", None, "Valkey password, kept out of the URL. A password inside the URL wins.", SECRET_FIX
-    )
-    valkey_sentinels: Sentinels = setting("VALKEY_SENTINELS", "", *SENTINELS_HELP)
-    valkey_primary_name: PrimaryName = setting("VALKEY_PRIMARY_NAME", DEFAULT_PRIMARY_NAME, *PRIMARY_NAME_HELP)
-    valkey_sentinel_password: Password = setting("VALKEY_SENTINEL_PASSWORD", None, *SENTINEL_PASSWORD_HELP)
     port: Whole = setting(
         "RECEIVER_PORT", 3000, "The webhook port.", "a whole number from 1 to 65535, digits only", ge=1, le=65_535
     )

@@ -29,7 +29,6 @@ SCHEMA_NAMES: Final = (
     "registry-row",
     "run-record",
 )
-REPORT_SCHEMA: Final = "audit-report"
 
 format_checker = FormatChecker()
 

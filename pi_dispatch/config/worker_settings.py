@@ -17,11 +17,8 @@ from pathlib import Path
 from pydantic import PrivateAttr, field_validator
 from pydantic_settings import PydanticBaseSettingsSource
 
-from pi_dispatch.config.declaration import ENV_ONLY, MS, DeclaredSettings, load_declared, setting, unbounded
+from pi_dispatch.config.declaration import ENV_ONLY, MS, load_declared, setting, unbounded
 from pi_dispatch.config.kinds import (
-    PRIMARY_NAME_HELP,
-    SENTINEL_PASSWORD_HELP,
-    SENTINELS_HELP,
     ContainerUser,
     Cpus,
     EgressProfiles,
@@ -33,13 +30,9 @@ from pi_dispatch.config.kinds import (
     JobNetwork,
     JobRuntime,
     ListenAddress,
-    Password,
-    PrimaryName,
     ProfileNames,
     SecretProfiles,
-    Sentinels,
     Switch,
-    ValkeyUrl,
     WaitProfiles,
     Whole,
     WholeMs,
@@ -49,13 +42,12 @@ from pi_dispatch.config.kinds import (
 from pi_dispatch.config.limit_settings import LimitSettings
 from pi_dispatch.config.script_settings import ScriptSettings
 from pi_dispatch.config.sources import HostFacts, MachineDefaults
+from pi_dispatch.config.store_settings import StoreSettings
 from pi_dispatch.core.egress import EGRESS_NETWORK, PROXY_STATE_DIR
 from pi_dispatch.core.rehoming import REHOME_AFTER_MS, REHOME_FLOOR_MS
-from pi_dispatch.infra.store import DEFAULT_PRIMARY_NAME
-from pi_dispatch.infra.valkey import DEFAULT_VALKEY_URL
 
 
-class HostSettings(DeclaredSettings):
+class HostSettings(StoreSettings):
     """What a worker is: its name, profiles, store, jobs and their containers (its limits: `limit_settings.py`)."""
 
     worker_name: WorkerName = setting(
@@ -81,21 +73,6 @@ class HostSettings(DeclaredSettings):
         "write name:/absolute/path entries separated by commas; names use letters, digits, dot, dash and "
         "underscore; each name once",
     )
-    valkey_url: ValkeyUrl = setting(
-        "VALKEY_URL",
-        DEFAULT_VALKEY_URL,
-        "The shared Valkey: redis:// (plain), rediss:// (TLS) or unix:// (socket); /N selects the database.",
-        "a URL such as redis://store.lan:6379/0, rediss://store.lan:6380 or unix:///run/valkey/valkey.sock",
-    )
-    valkey_password: Password = setting(
-        "VALKEY_PASSWORD",
-        None,
-        "Valkey password, kept out of the URL (keep it in a vault). A password inside the URL wins.",
-        "one line, no control characters",
-    )
-    valkey_sentinels: Sentinels = setting("VALKEY_SENTINELS", "", *SENTINELS_HELP)
-    valkey_primary_name: PrimaryName = setting("VALKEY_PRIMARY_NAME", DEFAULT_PRIMARY_NAME, *PRIMARY_NAME_HELP)
-    valkey_sentinel_password: Password = setting("VALKEY_SENTINEL_PASSWORD", None, *SENTINEL_PASSWORD_HELP)
     concurrency: Whole = setting(
         "PI_CONCURRENCY",
         3,

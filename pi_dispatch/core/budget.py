@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
@@ -28,8 +28,30 @@ class Window(StrEnum):
     MONTH = "month"
 
 
-# How long each window's key lives once made: past its own end, so a late reader still finds it.
-WINDOW_TTL_S: Final = {Window.DAY: 172_800, Window.WEEK: 777_600, Window.MONTH: 3_456_000}
+@dataclass(frozen=True)
+class WindowSpec:
+    """One window, everything that names it: its key's lifetime, its settings, and its fields in the scoped-limits
+    file and in the fleet's dollar policy. Every module that counts, shows or compares windows iterates `WINDOWS`."""
+
+    window: Window
+    ttl_s: int  # how long its key lives once made: past its own end, so a late reader still finds it
+    cap_setting: str  # the settings field capping its container starts (PI_DAILY_CAP, ...)
+    usd_setting: str  # the settings field capping its dollars (PI_DAILY_COST_USD, ...)
+    usd_field: str  # a scoped-limits row's dollar cap (version 2)
+    policy_field: str  # the fleet's dollar policy as `fpUsd` digests it (the reference's names)
+
+    @property
+    def row_field(self) -> str:
+        """A scoped-limits row's cap on starts, and the window's name in a row's `limits`."""
+        return str(self.window)
+
+
+WINDOWS: Final = (
+    WindowSpec(Window.DAY, 172_800, "daily_cap", "daily_cost_usd", "dayUsd", "dailyCostUsd"),
+    WindowSpec(Window.WEEK, 777_600, "weekly_cap", "weekly_cost_usd", "weekUsd", "weeklyCostUsd"),
+    WindowSpec(Window.MONTH, 3_456_000, "monthly_cap", "monthly_cost_usd", "monthUsd", "monthlyCostUsd"),
+)
+WINDOW_TTL_S: Final = {spec.window: spec.ttl_s for spec in WINDOWS}
 TOKEN_DAY_TTL_S: Final = 172_800
 DEFAULT_DAILY_CAP: Final = 25  # the reference's: a host that sets nothing still bounds its starts a day
 
@@ -95,8 +117,8 @@ LIMITS_ROW_RE: Final = re.compile(r"[a-z]{1,16}=[0-9a-f]{0,16}(?:;[a-z]{1,16}=[0
 
 def limits_signature(caps: WindowCaps, soft_hold_pct: int | None, token_cap: int | None, files: str) -> str:
     """The row's `limits`: each cap (empty: none), then a digest of the limit files (`files`, empty: none)."""
-    values = (caps.day, caps.week, caps.month, soft_hold_pct, token_cap)
-    named = zip(("day", "week", "month", "hold", "tokens"), values, strict=True)
+    values = (*caps.values(), soft_hold_pct, token_cap)
+    named = zip((*(spec.row_field for spec in WINDOWS), "hold", "tokens"), values, strict=True)
     return ";".join([*(f"{name}={value if value is not None else ''}" for name, value in named), f"files={files}"])
 
 
@@ -131,9 +153,20 @@ class WindowCaps:
     week: int | None = None
     month: int | None = None
 
+    @classmethod
+    def of(cls, cap_of: Callable[[WindowSpec], int | None]) -> WindowCaps:
+        """The caps `cap_of` reads for each window of `WINDOWS`."""
+        return cls(*(cap_of(spec) for spec in WINDOWS))
+
+    def values(self) -> tuple[int | None, ...]:
+        """Each window's cap (None: none), in the order of `WINDOWS`."""
+        return (self.day, self.week, self.month)
+
+    def by_window(self) -> tuple[tuple[Window, int | None], ...]:
+        return tuple(zip((spec.window for spec in WINDOWS), self.values(), strict=True))
+
     def active(self) -> tuple[tuple[Window, int], ...]:
-        caps = ((Window.DAY, self.day), (Window.WEEK, self.week), (Window.MONTH, self.month))
-        return tuple((window, cap) for window, cap in caps if cap is not None)
+        return tuple((window, cap) for window, cap in self.by_window() if cap is not None)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from pi_dispatch.core.budget import WindowCaps, hash16
+from pi_dispatch.core.budget import WINDOWS, WindowCaps, hash16
 from pi_dispatch.core.money import Amount, usd_fingerprint
 from pi_dispatch.core.scopedlimits import ScopedLimits, ScopeRow
 
@@ -72,18 +72,14 @@ def dollar_ledgers(fleet: WindowCaps, scoped: ScopedLimits, data: Mapping[str, A
 
 
 def _amounts(caps: WindowCaps) -> dict[str, Amount]:
-    return {"dayUsd": caps.day, "weekUsd": caps.week, "monthUsd": caps.month}
+    return {spec.usd_field: cap for spec, cap in zip(WINDOWS, caps.values(), strict=True)}
 
 
 def host_usd_fingerprint(job_cap: int | None, fleet: WindowCaps, scoped: ScopedLimits) -> str:
     """This host's `fpUsd`: its dollar settings, its dollar rows by their key prefix, and the model rows a job with
     no list of its own reserves in (all of them: this build has no PI_ALLOWED_MODELS)."""
-    settings: dict[str, Amount] = {
-        "maxCostUsd": job_cap,
-        "dailyCostUsd": fleet.day,
-        "weeklyCostUsd": fleet.week,
-        "monthlyCostUsd": fleet.month,
-    }
+    settings: dict[str, Amount] = {"maxCostUsd": job_cap}
+    settings |= {spec.policy_field: cap for spec, cap in zip(WINDOWS, fleet.values(), strict=True)}
     rows: Sequence[Mapping[str, Amount]] = [
         {"counter": row_ledger(row).prefix, **_amounts(row.dollars)} for row in scoped.dollar_rows()
     ]

@@ -18,7 +18,6 @@ from typing import Final
 
 from pi_dispatch.core.errors import ConfigError, Problem
 
-EGRESS_VARIABLE: Final = "PI_EGRESS"
 ALLOWLIST_VARIABLE: Final = "PI_EGRESS_ALLOWLIST_FILE"
 ALLOWLIST_FILE: Final = "egress-allowlist.conf"  # beside the worker's env file, as the reference keeps it
 PROXY_PORT: Final = 3128  # the reference's EGRESS_PROXY_PORT

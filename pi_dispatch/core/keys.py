@@ -117,26 +117,6 @@ def worker_of_queue(queue_name: str) -> str | None:
     return name
 
 
-def _declared_routes(row: object) -> str | None:
-    if not isinstance(row, dict):
-        return None
-    name, routes = row.get("name"), row.get("routes")
-    if (routes is True or routes == "true") and isinstance(name, str) and WORKER_NAME_RE.fullmatch(name):
-        return name
-    return None
-
-
-def fleet_queue_names(rows: object) -> list[str]:
-    """The shared queue, then the queue of every row that routes and has a legal name, sorted."""
-    names = {_declared_routes(row) for row in rows} if isinstance(rows, list) else set()
-    return [SHARED_QUEUE, *sorted(host_queue_name(name) for name in names if name is not None)]
-
-
-def union_queue_names(first: list[str], second: list[str]) -> list[str]:
-    """The shared queue first, then every other queue named in either list, sorted."""
-    return [SHARED_QUEUE, *sorted((set(first) | set(second)) - {SHARED_QUEUE})]
-
-
 HOST_QUEUE_META_PATTERN: Final = f"{BULL_PREFIX}:{SHARED_QUEUE}@*:meta"
 
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pi_dispatch.core.budget import WindowCaps
+from pi_dispatch.core.budget import WINDOWS, WindowCaps
 from pi_dispatch.core.errors import PiDispatchError
 from pi_dispatch.core.forges import FORGES
 from pi_dispatch.core.money import parse_usd_micros
@@ -31,8 +31,8 @@ from pi_dispatch.core.scopes import job_qualified_scope, qualified_prefix, quali
 
 SCOPED_LIMITS_VERSION: Final = 2  # the newest version of the file this build reads
 SAFE_INTEGER_MAX: Final = 2**53 - 1  # JavaScript's: a Node host reads the same file
-WINDOW_FIELDS: Final = ("day", "week", "month")
-DOLLAR_FIELDS: Final = ("dayUsd", "weekUsd", "monthUsd")  # version 2
+WINDOW_FIELDS: Final = tuple(spec.row_field for spec in WINDOWS)
+DOLLAR_FIELDS: Final = tuple(spec.usd_field for spec in WINDOWS)  # version 2
 LOCAL_KIND: Final = "local"
 MODEL_PREFIX: Final = "model:"
 PROJECT_PREFIX: Final = "project:"
@@ -79,11 +79,9 @@ class ScopedLimits:
 
     def canonical(self) -> list[list[object]]:
         """The rows as what they limit, for a digest that two hosts reading the same limits share."""
-        dollars = [
-            [row.dollars.day, row.dollars.week, row.dollars.month] if row.dollars.active() else [] for row in self.rows
-        ]
+        dollars = [list(row.dollars.values()) if row.dollars.active() else [] for row in self.rows]
         return [
-            [row.scope, row.caps.day, row.caps.week, row.caps.month, row.concurrent, *spend]
+            [row.scope, *row.caps.values(), row.concurrent, *spend]
             for row, spend in zip(self.rows, dollars, strict=True)
         ]
 

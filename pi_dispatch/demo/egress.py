@@ -25,6 +25,7 @@ from rich.console import Console
 from pi_dispatch.config.hostvars import InventoryHost
 from pi_dispatch.core.egress import PROXY_PORT, allowlist_text
 from pi_dispatch.core.errors import ConfigError
+from pi_dispatch.infra.dockerclient import docker_client
 from pi_dispatch.worker.gates.jobnetwork import JobNetworkError, drop_rules, egress_rules_for, gateway_of
 from pi_dispatch.worker.host.egressproxy import EgressPlace, missing, squid_binary
 
@@ -88,9 +89,8 @@ def demo_egress(console: Console, entries: Sequence[str]) -> Iterator[dict[str, 
 
 def _until_up(place: EgressPlace, proxy: subprocess.Popen[bytes]) -> bool:
     """Whether the proxy is up (what `egress-proxy --check` asks) before it exits or the ceiling passes."""
-    import docker
 
-    client = docker.from_env()
+    client = docker_client()
     try:
         deadline = time.monotonic() + START_CEILING_S
         while time.monotonic() < deadline and proxy.poll() is None:
@@ -117,7 +117,7 @@ def _take_down(network: str, bridge: str) -> None:
     import docker
     import docker.errors
 
-    client = docker.from_env()
+    client = docker_client()
     try:
         with contextlib.suppress(JobNetworkError):
             drop_rules(egress_rules_for(bridge, gateway_of(client, network), PROXY_PORT))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from pi_dispatch.core.errors import PiDispatchError
+from pi_dispatch.infra.dockerclient import DockerUnreachable, docker_client
 
 EXAMPLE_IMAGE: Final = "pi-dispatch-example-job:latest"
 BUSYBOX: Final = Path("/bin/busybox")
@@ -43,14 +44,10 @@ def docker_problem() -> str | None:
     import docker.errors
     import requests.exceptions
 
-    client = None
     try:
-        client = docker.from_env()
-        client.ping()
-    except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
-        if client is not None:
-            client.close()
-        return f"no Docker daemon answers ({type(error).__name__})"
+        client = docker_client()
+    except DockerUnreachable as unreachable:
+        return str(unreachable)
     try:
         build_example_image(client)
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as error:

@@ -13,7 +13,7 @@ that host's disk refused, by stem, kept until each file is written. Writers neve
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -191,11 +191,3 @@ async def wait_entries(
     key = job_log_key(stem, attempt)
     answer = await bounded(client.xread({key: after}, count=500, block=block_ms), timeout_s + block_ms / 1000)
     return [_entry(entry_id, fields) for _key, entries in answer or [] for entry_id, fields in entries]
-
-
-async def tail_entries(
-    client: aioredis.Redis, stem: str, attempt: int, count: int, timeout_s: float = OP_TIMEOUT_S
-) -> Sequence[Entry]:
-    """The last `count` entries, oldest first (for `logs --tail`)."""
-    raw = await bounded(client.xrevrange(job_log_key(stem, attempt), "+", "-", count=count), timeout_s)
-    return [_entry(entry_id, fields) for entry_id, fields in reversed(raw)]

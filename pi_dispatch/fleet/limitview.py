@@ -7,7 +7,7 @@ by the caps and the file, never searched for.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.core.budget import (
@@ -169,7 +169,7 @@ def _keyed(ledger: str, caps: WindowCaps, now_ms: int) -> list[Counted]:
 
 
 def _all(caps: WindowCaps) -> list[tuple[Window, int | None]]:
-    return [(Window.DAY, caps.day), (Window.WEEK, caps.week), (Window.MONTH, caps.month)]
+    return list(caps.by_window())
 
 
 def _use(counted: Counted, reply: object, now_ms: int) -> WindowUse:
@@ -189,7 +189,8 @@ def published_caps(rows: Sequence[Mapping[str, Any]]) -> tuple[WindowCaps, int |
     def whole(name: str) -> int | None:
         return int(common[name]) if common.get(name, "").isdigit() else None
 
-    return WindowCaps(whole("day") or DEFAULT_DAILY_CAP, whole("week"), whole("month")), whole("tokens")
+    caps = WindowCaps.of(lambda spec: whole(spec.row_field))
+    return replace(caps, day=caps.day or DEFAULT_DAILY_CAP), whole("tokens")
 
 
 def limits_summary(view: LimitsView) -> str:

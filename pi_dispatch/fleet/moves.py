@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
 # What the script answers when the job did not move.
 ID_TAKEN: Final = -1
-GONE: Final = -2
 NOT_WAITING: Final = -3
 STOLEN_ALREADY: Final = -4
 # The job-hash fields a steal leaves: the job's `ats` when it moved, and the queue the router put it on.

@@ -46,10 +46,6 @@ class FleetEpoch:
         return epoch if epoch.resetAt is None or isinstance(epoch.resetAt, int) else None
 
 
-async def read_fleet_epoch(client: aioredis.Redis) -> FleetEpoch | None:
-    return FleetEpoch.read(await bounded(client.get(FLEET_EPOCH), OP_TIMEOUT_S))
-
-
 @dataclass
 class EpochWatch:
     """One process's view of the fleet's epoch; `check` each beat says whether the store lost its data since."""

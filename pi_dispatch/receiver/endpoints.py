@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from pi_dispatch.config.handover import secret_text, settled
+from pi_dispatch.config.handover import settled
 from pi_dispatch.core.errors import ConfigError
 from pi_dispatch.receiver.forges import registered
-from pi_dispatch.receiver.forges.spec import Arming, forge_setting
+from pi_dispatch.receiver.forges.spec import Arming
 from pi_dispatch.receiver.rules import Rules
 from pi_dispatch.triggers.file import read_triggers
 
@@ -49,11 +49,6 @@ class ReceiverConfig:
     def served(self) -> list[str]:
         """The forges this receiver answers, in the reference's order."""
         return [forge.name for forge in registered() if forge.name in self.arms]
-
-    @property
-    def webhook_secret(self) -> bytes:
-        """WEBHOOK_SECRET as set (empty when not)."""
-        return (secret_text(forge_setting(self.settings, "WEBHOOK_SECRET")) or "").encode()
 
 
 def build_config(

@@ -88,10 +88,6 @@ class GuardedServer(web.Server):
         finally:
             self._busy.discard(request.protocol)
 
-    @property
-    def open_connections(self) -> int:
-        return len(self._peers)
-
     def _idle(self, peer: str | None) -> RequestHandler | None:
         """The oldest connection (of `peer`, or of anyone) that is not in the middle of a request: one still sending
         its headers, or idle between requests."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pi_dispatch.core.jscompat import JS_SPACE, MISSING, get
-from pi_dispatch.receiver.rules import ForgeRules, Rule
+from pi_dispatch.receiver.rules import Rule
 
 DROP_REASONS: Final = (
     "missing-sender-id",
@@ -217,7 +217,3 @@ def _without_missing(value: Any) -> Any:
     if kind is float and value.is_integer() and abs(value) < _SAFE_INTEGER:
         return int(value)
     return value
-
-
-def has_close_rules(rules: ForgeRules | None) -> bool:
-    return rules is not None and rules.has_close

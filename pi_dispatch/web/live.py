@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
 PAGE: Final = 500  # entries read at a time while catching up
-KEEPALIVE_S: Final = 15.0  # a comment line this often, so proxies keep an idle stream open
 ENTRY_ID: Final = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 CONTROL: Final = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")  # a terminal's, not a page's
 

@@ -1,3 +1,5 @@
-"""One host's worker: its lifecycle, its assembly and upkeep, slot-gated pickup, attempts, queue consumers,
-containers, secret and wait gates, job folders, run records, fencing, one-shots, cron schedulers, metrics.
+"""One host's worker, in rooms by stage: `take` (queue consumers, slot-gated pickup), `gates` (secrets, waits,
+placement, limits, dollars, egress), `prepare` (job folders, container specs), `run` (containers, output, fencing),
+`after` (records, one-shots, egress refusals) and `host` (upkeep, boot, cancel and drain, cron, status, the egress
+proxy); its lifecycle, assembly and attempts wire them, and its metrics are below them all.
 """

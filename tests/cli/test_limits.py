@@ -112,3 +112,20 @@ async def test_limits_shows_dollar_windows_in_dollars_open_holds_and_hosts_that_
     (model,) = document["scopes"]
     assert model["scope"] == "model:openai/gpt-5" and model["windows"][0]["used"] == 2_500_000
     assert document["openHolds"] == 1 and document["spendDiffers"] is True
+
+
+async def test_with_an_env_file_the_windows_are_read_from_that_files_store(
+    tmp_path: Path, valkey_url: str, client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VALKEY_URL", "redis://127.0.0.1:1/0")  # the shell's store is not the host's
+    env = tmp_path / "worker.env"
+    env.write_text(f"VALKEY_URL={valkey_url}\nPI_DAILY_CAP=10\n")
+    await client.set(window_key("budget", Window.DAY, int(time.time() * 1000)), 4)
+    said = await asyncio.to_thread(run_cli, "limits", "--env-file", str(env), "--json")
+    assert said.returncode == 0, said.stderr
+    day = json.loads(said.stdout)["windows"][0]
+    assert (day["used"], day["cap"]) == (4, 10)
+    elsewhere = await asyncio.to_thread(
+        run_cli, "limits", "--env-file", str(env), "--valkey-url", "redis://127.0.0.1:1/0"
+    )
+    assert elsewhere.returncode == 1 and "cannot be read" in elsewhere.stderr  # the option still wins

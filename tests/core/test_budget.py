@@ -79,3 +79,16 @@ def test_each_window_ends_at_the_utc_midnight_after_its_last_day() -> None:
     assert window_ends_ms(Window.WEEK, NOW) == ms(2026, 7, 20)
     assert window_ends_ms(Window.MONTH, NOW) == ms(2026, 8, 1)
     assert window_ends_ms(Window.MONTH, ms(2026, 12, 31, 23)) == ms(2027, 1, 1)
+
+
+def test_each_window_of_the_table_is_counted_keyed_set_and_read_from_a_scoped_row() -> None:
+    from pi_dispatch.config.limit_settings import LimitSettings
+    from pi_dispatch.core.budget import WINDOWS
+    from pi_dispatch.core.scopedlimits import DOLLAR_FIELDS, WINDOW_FIELDS
+
+    assert [spec.window for spec in WINDOWS] == list(Window)  # one row per window, in the order they are judged
+    declared = LimitSettings.model_fields
+    assert all(spec.cap_setting in declared and spec.usd_setting in declared for spec in WINDOWS)
+    assert (WINDOW_FIELDS, DOLLAR_FIELDS) == (("day", "week", "month"), ("dayUsd", "weekUsd", "monthUsd"))
+    caps = WindowCaps.of(lambda spec: WINDOWS.index(spec) + 1)
+    assert caps.active() == ((Window.DAY, 1), (Window.WEEK, 2), (Window.MONTH, 3))

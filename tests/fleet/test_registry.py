@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from pi_dispatch.core.capabilities import capability_tokens, serialize_caps
-from pi_dispatch.core.keys import fleet_queue_names, queue_of_meta_key, union_queue_names
+from pi_dispatch.core.keys import queue_of_meta_key
 from pi_dispatch.core.routing import route_forge_job
 from pi_dispatch.fleet.registry import HOST_BEAT_MS, HOST_TTL_MS, HostRegistry, LiveHosts, Unreachable, read_live_hosts
 from pi_dispatch.infra.events import Recorder
@@ -233,20 +233,6 @@ async def test_reader_uses_member_when_the_row_has_no_name(client: aioredis.Redi
     await client.sadd("host:live", "lonely")
     result = await read_live_hosts(client, now=lambda: NOW)
     assert isinstance(result, LiveHosts) and result.hosts[0]["name"] == "lonely"
-
-
-def test_fleet_queue_names() -> None:
-    assert fleet_queue_names([{"name": "my-mac", "routes": "false"}]) == ["pi-jobs"]
-    assert fleet_queue_names([]) == fleet_queue_names(None) == ["pi-jobs"]
-    rows = [{"name": "mini2", "routes": "true"}, {"name": "mini1", "routes": "true"}]
-    assert fleet_queue_names(rows) == ["pi-jobs", "pi-jobs@mini1", "pi-jobs@mini2"]
-    hostile = [{"name": n, "routes": "true"} for n in ("mini1", "a:b", "evil@x", "..", "", None)] + [{"routes": "true"}]
-    assert fleet_queue_names(hostile) == ["pi-jobs", "pi-jobs@mini1"]
-    assert fleet_queue_names([{"name": "mini1", "routes": "true"}] * 2) == ["pi-jobs", "pi-jobs@mini1"]
-    assert union_queue_names(
-        fleet_queue_names([{"name": "mini2", "routes": "true"}]), ["pi-jobs@mini1", "pi-jobs@mini2"]
-    ) == ["pi-jobs", "pi-jobs@mini1", "pi-jobs@mini2"]
-    assert union_queue_names(["pi-jobs"], []) == ["pi-jobs"]
 
 
 def test_queue_of_meta_key() -> None:

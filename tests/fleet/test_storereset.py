@@ -8,7 +8,7 @@ import redis.asyncio as aioredis
 
 from pi_dispatch.audit.store import store_findings
 from pi_dispatch.core.keys import FLEET_EPOCH
-from pi_dispatch.fleet.storereset import EpochWatch, FleetEpoch, read_fleet_epoch
+from pi_dispatch.fleet.storereset import EpochWatch, FleetEpoch
 from pi_dispatch.fleet.storeview import read_store_state
 from pi_dispatch.infra.events import Recorder
 
@@ -24,13 +24,13 @@ async def test_the_epoch_is_written_once_and_a_lost_store_is_noticed_once_per_pr
     first, peer = Recorder(), Recorder()
     watch, other = EpochWatch(client, lambda: now[0], first), EpochWatch(client, lambda: now[0], peer)
     assert await watch.check() is False  # a fresh store: written, nothing lost that this process knew of
-    written = await read_fleet_epoch(client)
+    written = FleetEpoch.read(await client.get(FLEET_EPOCH))
     assert written is not None and written.resets == 0 and written.resetAt is None and len(written.runId) == 40
     assert await other.check() is False and await watch.check() is False  # read, unchanged
     await client.flushdb()  # the store comes back without its data
     now[0] += 60_000
     assert await watch.check() is True  # noticed, and the epoch written again with the loss counted
-    again = await read_fleet_epoch(client)
+    again = FleetEpoch.read(await client.get(FLEET_EPOCH))
     assert again is not None and (again.resets, again.resetAt) == (1, now[0])
     assert await watch.check() is False  # once
     assert await other.check() is True and await other.check() is False  # the peer found it rewritten: once too
@@ -40,7 +40,7 @@ async def test_the_epoch_is_written_once_and_a_lost_store_is_noticed_once_per_pr
 
 async def test_a_foreign_value_reads_as_no_epoch(client: aioredis.Redis) -> None:
     await client.set(FLEET_EPOCH, b"\xff not json")
-    assert await read_fleet_epoch(client) is None
+    assert FleetEpoch.read(await client.get(FLEET_EPOCH)) is None
     assert FleetEpoch.read('{"runId": "r", "since": 1, "resetAt": "soon"}') is None
 
 

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from pi_dispatch.config.handover import secret_text
 from pi_dispatch.core.errors import ConfigError
 from pi_dispatch.receiver.entry import checked_config
+from pi_dispatch.receiver.forges.spec import forge_setting
 from tests.support.helpers import CLI_FRAMEWORK, SETTINGS_CHECKERS, modules_loaded
 
 LABEL = {"triggers": [{"on": {"type": "label", "any": ["pi:fix"]}, "run": {"kind": "github", "flow": "fix"}}]}
@@ -32,7 +34,7 @@ def env_file(folder: Path, **extra: str) -> Path:
 def test_the_checked_configuration_arms_what_the_settings_say_with_secrets_intact(tmp_path: Path) -> None:
     config = checked_config(env_file(tmp_path))
     assert config.github is not None and config.github.token == "ghp-entry"
-    assert config.webhook_secret == b"entry-secret" and config.gitlab is None
+    assert secret_text(forge_setting(config.settings, "WEBHOOK_SECRET")) == "entry-secret" and config.gitlab is None
     assert config.settings.valkey_url == "redis://127.0.0.1:1"
     assert "entry-secret" not in repr(config.settings)
     assert config.rules.of("github").any_rule

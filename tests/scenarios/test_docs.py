@@ -154,3 +154,23 @@ def test_the_guide_has_a_contents_list_of_its_sections() -> None:
     text = GUIDE.read_text()
     sections = re.findall(r"^## (\d+\. .+)$", text, flags=re.M)
     assert sections and all(f"- [{title}](#" in text for title in sections)
+
+
+def test_the_reference_lists_every_console_variable() -> None:
+    from pi_dispatch.config.console_settings import ConsoleSettings
+
+    text = REFERENCE.read_text()
+    named = [str(info.validation_alias) for info in ConsoleSettings.model_fields.values()]
+    assert named and [name for name in named if f"`{name}`" not in text.split("## Console settings", 1)[1]] == []
+
+
+def test_the_readme_lists_every_command() -> None:
+    import typer.main
+
+    from pi_dispatch.cli.app import app
+
+    text = (REPO / "README.md").read_text()
+    listed = text.split("## Commands", 1)[1].split("```", 2)[1]
+    commands = sorted(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    shown = set(re.findall(r"(?:pi-dispatch |\| ?)([a-z-]+)", listed))
+    assert commands and [name for name in commands if name not in shown] == []

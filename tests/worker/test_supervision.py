@@ -81,7 +81,7 @@ async def test_a_stop_loop_that_fails_ends_the_process_and_a_process_fault_gives
 RESTARTED = {  # loop: (class, attribute) that the loop runs
     "rehome": (Rehomer, "run_forever"),
     "control": (Control, "listen"),
-    "log-sweep": (Worker, "_sweep_forever"),
+    "log-sweep": (lifecycle, "sweep_logs_forever"),
     "upkeep": (lifecycle.Upkeep, "run"),
 }
 STOPPED = {

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pi_dispatch.infra.dockerclient import DockerUnreachable, docker_client
 from pi_dispatch.infra.store import store_of
 from pi_dispatch.infra.valkey import STORE_FAULTS, bounded, describe
 from pi_dispatch.worker.gates.scripts import usable_script
@@ -81,14 +82,9 @@ def _docker(image: str) -> list[Check]:
 
     failures = (docker.errors.DockerException, requests.exceptions.RequestException)
     try:
-        client = docker.from_env(timeout=int(CHECK_TIMEOUT_S))
-    except failures as error:
-        return [Check("docker", False, f"no daemon ({type(error).__name__}); fix: start Docker, or set DOCKER_HOST")]
-    try:
-        client.ping()
-    except failures as error:
-        client.close()
-        return [Check("docker", False, f"the daemon did not answer ({type(error).__name__}); fix: start Docker")]
+        client = docker_client(int(CHECK_TIMEOUT_S))
+    except DockerUnreachable as unreachable:
+        return [Check("docker", False, f"{unreachable}; fix: start Docker, or set DOCKER_HOST")]
     try:
         try:
             client.images.get(image)
@@ -132,14 +128,13 @@ def _folder(name: str, folder: Path) -> Check:
 
 async def _egress(networks: tuple[str, ...]) -> Check:
     """Each egress network there, internal, and its proxy answering, as the worker's gate finds them."""
-    import docker
 
     from pi_dispatch.worker.gates.egressgate import EgressGate
 
     try:
-        client = await asyncio.to_thread(docker.from_env, timeout=int(CHECK_TIMEOUT_S))
-    except docker.errors.DockerException as error:
-        return Check("egress proxy", False, f"no Docker daemon to ask ({type(error).__name__}); fix: start Docker")
+        client = await asyncio.to_thread(docker_client, int(CHECK_TIMEOUT_S))
+    except DockerUnreachable as unreachable:
+        return Check("egress proxy", False, f"no Docker daemon to ask ({unreachable}); fix: start Docker")
     try:
         fault = await EgressGate(client, networks, Path("/nonexistent")).fault()
     finally:

@@ -25,6 +25,7 @@ from docker.types import LogConfig
 
 from pi_dispatch.core.reasons import ExitCode
 from pi_dispatch.core.runusage import StdoutTail
+from pi_dispatch.infra.dockerclient import DockerUnreachable, docker_client
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.valkey import STORE_FAULTS
 from pi_dispatch.worker.prepare.jobspec import network_hardening
@@ -98,14 +99,10 @@ class ContainerRuntime:
     @classmethod
     def connect(cls, host: str, slots: int, log: EventLog = discard, fleet: str = "") -> ContainerRuntime:
         """A runtime on the daemon DOCKER_HOST names (the local socket by default). Raises DockerUnavailable."""
-        client = None
         try:
-            client = docker.from_env()
-            client.ping()
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
-            if client is not None:
-                client.close()
-            raise DockerUnavailable(f"the Docker daemon is not reachable ({type(error).__name__})") from error
+            client = docker_client()
+        except DockerUnreachable as unreachable:
+            raise DockerUnavailable(str(unreachable)) from unreachable
         return cls(client, host, slots, fleet, log)
 
     async def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -18,7 +18,6 @@ from pi_dispatch.receiver.forges.http import Answer, ForgeCallError, ForgeClient
 from pi_dispatch.receiver.forges.identity import root_url, secret_of, segment
 from pi_dispatch.receiver.forges.spec import Arming, Retried, Served, forge_setting
 
-AZURE_MODES: Final = ("basic", "header")
 AZURE_API_VERSION: Final = "7.1-preview.1"
 AZURE_PAGES: Final = 20
 

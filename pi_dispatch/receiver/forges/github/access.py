@@ -23,7 +23,6 @@ from pi_dispatch.receiver.forges.spec import Arming, Retried, Served, forge_sett
 if TYPE_CHECKING:
     from pi_dispatch.config.receiver_settings import ReceiverSettings
 
-GITHUB_SOURCES: Final = ("pat", "gh", "app")
 GITHUB_API_VERSION: Final = "2022-11-28"
 GH_TIMEOUT_S: Final = 10.0
 
