@@ -6,6 +6,7 @@ by the caps and the file, never searched for.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
@@ -184,7 +185,8 @@ def published_caps(rows: Sequence[Mapping[str, Any]]) -> tuple[WindowCaps, int |
     said = [found for row in rows if (found := read_limits_signature(str(row.get(LIMITS_ROW_FIELD) or "")))]
     if not said:
         return WindowCaps(DEFAULT_DAILY_CAP), None
-    common = max(said, key=lambda limits: sum(other == limits for other in said))
+    counted = Counter(tuple(sorted(limits.items())) for limits in said)  # linear: a fleet of thousands says a few
+    common = dict(counted.most_common(1)[0][0])  # the first said of the most said, as a max over them would pick
 
     def whole(name: str) -> int | None:
         return int(common[name]) if common.get(name, "").isdigit() else None

@@ -76,7 +76,7 @@ def test_without_docker_the_demo_says_so_and_still_routes(monkeypatch: pytest.Mo
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
     code, text = run_demo()
     assert code == 0, text
-    assert "Docker: no Docker daemon answers" in text and "starts no worker" in text
+    assert "Docker: the Docker daemon is not reachable" in text and "starts no worker" in text
     assert "pi-jobs@mini1" in text and "Runs:" not in text
     assert "live registry: ok" in text
 

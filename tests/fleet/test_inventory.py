@@ -38,11 +38,11 @@ def test_loads_worker_hosts_with_group_vars_and_templating(hosts: list[Inventory
 def test_render_is_exact(hosts: list[InventoryHost]) -> None:
     assert render_host_env(find_host(hosts, "mini1", str(INVENTORY))) == (
         "# Rendered by pi-dispatch from the inventory for host mini1; a rollout overwrites edits.\n"
+        "VALKEY_URL=redis://store:6379/0\n"
+        'VALKEY_PASSWORD="password with space"\n'
         "PI_WORKER_NAME=mini1\n"
         "PI_SECRET_PROFILES=prod:/opt/pi/resolve-prod.sh\n"
         "PI_WAIT_PROFILES=ci:/opt/pi/wait-ci.sh\n"
-        "VALKEY_URL=redis://store:6379/0\n"
-        'VALKEY_PASSWORD="password with space"\n'
         "PI_CONCURRENCY=4\n"
         "PI_CAPTURE_JOB_LOGS=0\n"
         "TZ=UTC\n"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pi_dispatch.core import capabilities
+from pi_dispatch.core import capabilities, routing
 from pi_dispatch.core.jscompat import MISSING, get, js_json
 from pi_dispatch.fleet import mirror
 from pi_dispatch.testing.seed import extract_seed_modules, node_binary, run_seed
@@ -240,7 +240,7 @@ def _route(args: dict[str, Any]) -> Any:
     options = args["options"]
     fresh = get(options, "freshMs")
     kwargs = {} if fresh is MISSING else {"fresh_ms": fresh}
-    return capabilities.route_forge_job(get(options, "hosts"), get(options, "needs"), get(options, "jobId"), **kwargs)
+    return routing.route_forge_job(get(options, "hosts"), get(options, "needs"), get(options, "jobId"), **kwargs)
 
 
 def _explained(args: dict[str, Any]) -> Any:
@@ -251,7 +251,7 @@ def _explained(args: dict[str, Any]) -> Any:
     if not isinstance(hosts, list) or not isinstance(needs, list) or not all(isinstance(n, str) for n in needs):
         return None
     kwargs = {} if fresh is MISSING else {"fresh_ms": fresh}
-    return capabilities.explain_needs(hosts, needs, get(options, "jobId"), **kwargs).host
+    return routing.explain_needs(hosts, needs, get(options, "jobId"), **kwargs).host
 
 
 def _merge(args: dict[str, Any]) -> Any:
