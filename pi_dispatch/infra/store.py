@@ -14,14 +14,13 @@ import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from pi_dispatch.infra.sentinel import FollowingConnection, FollowingPool, sentinel_of
 from pi_dispatch.infra.valkey import (
     DEFAULT_VALKEY_URL,
     OP_TIMEOUT_S,
@@ -31,6 +30,9 @@ from pi_dispatch.infra.valkey import (
     shown,
     with_password,
 )
+
+if TYPE_CHECKING:
+    from pi_dispatch.infra.sentinel import FollowingPool
 
 DEFAULT_PRIMARY_NAME: Final = "pi-dispatch"
 STORE_VARIABLES: Final = (  # every variable that names the store
@@ -99,6 +101,8 @@ class StoreAddress:
         return hashlib.sha256(named.encode()).hexdigest()[:12]
 
     def _primary_pool(self, timeout_s: float | None, **options: object) -> FollowingPool:
+        from pi_dispatch.infra.sentinel import FollowingConnection, FollowingPool, sentinel_of  # replicated only
+
         sentinel = sentinel_of(self, timeout_s or OP_TIMEOUT_S)
         connection = {"db": database_of(self.url), "password": self.password or None, "is_master": True, **options}
         connection["username"] = self.username

@@ -17,13 +17,15 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.core.errors import ConfigError, Problem
 from pi_dispatch.core.jobs import LOCAL_KIND
 from pi_dispatch.core.jscompat import js_json, js_sorted
 from pi_dispatch.triggers.cronpatterns import why_refused
-from pi_dispatch.triggers.file import FIX, Trigger, authored_patterns, collect_triggers, read_triggers_file
+
+if TYPE_CHECKING:
+    from pi_dispatch.triggers.file import Trigger
 
 CRON: Final = "cron"
 LOCAL_JOB_NAME: Final = "local"
@@ -166,6 +168,8 @@ def zones_disagree(my_zone: str, peer_zones: Iterable[object]) -> list[str]:
 
 def pattern_problems(patterns: Mapping[int, str], source: str) -> list[Problem]:
     """A problem, naming the entry and the field, for each pattern BullMQ's cron parser cannot read."""
+    from pi_dispatch.triggers.file import FIX
+
     return [
         Problem(f"trigger {index} on.pattern", f"is not a cron pattern: {why}", source, FIX)
         for index, pattern in patterns.items()
@@ -182,7 +186,10 @@ def check_patterns(triggers: list[Trigger], source: str) -> None:
 
 def load_cron(path: Path, label: str) -> tuple[bytes, list[Trigger]]:
     """The triggers file's bytes and triggers, its cron patterns checked. Raises ConfigError naming every problem
-    of every entry at once (the entries' own and their patterns')."""
+    of every entry at once (the entries' own and their patterns'). The parser is loaded here, by a host with a
+    file: a worker without one never loads it."""
+    from pi_dispatch.triggers.file import authored_patterns, collect_triggers, read_triggers_file
+
     text = read_triggers_file(path, label)
     triggers, problems = collect_triggers(text, label)
     if problems := problems + pattern_problems(authored_patterns(text), label):

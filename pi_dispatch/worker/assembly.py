@@ -20,13 +20,9 @@ from pi_dispatch.fleet.storereset import EpochWatch
 from pi_dispatch.infra.clock import host_zone
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.store import StoreAddress
-from pi_dispatch.infra.storeprobes import PrimaryCheck
-from pi_dispatch.triggers.file import Trigger
-from pi_dispatch.worker.after.denials import DenialLog, DenialWatch
 from pi_dispatch.worker.after.history import RunRecorder
 from pi_dispatch.worker.after.oneshot import OneShots
 from pi_dispatch.worker.attempts import Attempts
-from pi_dispatch.worker.gates.egressgate import RESOLVER_FILE, EgressGate
 from pi_dispatch.worker.gates.limits import LimitFiles, Limits, read_limit_files
 from pi_dispatch.worker.gates.waitgate import WaitGate
 from pi_dispatch.worker.host.clockwatch import ClockWatch
@@ -43,6 +39,8 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from pi_dispatch.config.worker_settings import WorkerSettings
+    from pi_dispatch.infra.storeprobes import PrimaryCheck
+    from pi_dispatch.triggers.file import Trigger
 
 
 @dataclass(frozen=True)
@@ -98,7 +96,10 @@ def assemble(
     registry = HostRegistry(client, name, log=log, progress=hooks.live_facts, now=now, beat_ms=beat_ms or HOST_BEAT_MS)
     egress = denials = None
     plan = egress_plan or EgressPlan(settings.jobs_network)  # without profile lists: PI_JOB_NETWORK for every job
-    if settings.egress_network is not None:
+    if settings.egress_network is not None:  # its parts loaded with egress on only: a worker without keeps none
+        from pi_dispatch.worker.after.denials import DenialLog, DenialWatch
+        from pi_dispatch.worker.gates.egressgate import RESOLVER_FILE, EgressGate
+
         resolver = worker_jobs_dir(settings.jobs_dir, name) / RESOLVER_FILE
         egress = EgressGate(runtime.client, plan.network_names(), resolver)
         refusal_log = DenialLog(proxy_state_dir(settings.egress_state_dir) / DENIED_LOG)
@@ -119,7 +120,11 @@ def assemble(
     if settings.capture_job_logs:
         store_cap = settings.job_log_store_kb * 1024 if settings.job_log_store else None
         outputs = Outputs(settings.logs_dir, name, settings.job_log_mb * 1024 * 1024, store_cap, history, log)
-    primary = PrimaryCheck(store) if store.replicated else None
+    primary = None
+    if store.replicated:  # the Sentinels' probes loaded for a replicated store only
+        from pi_dispatch.infra.storeprobes import PrimaryCheck
+
+        primary = PrimaryCheck(store)
     limits = Limits(settings, client, now, log, *(limit_files or read_limit_files(settings)))
     attempts = Attempts(
         settings,

@@ -37,12 +37,9 @@ from pi_dispatch.core.runtimes import RuntimeChoice
 from pi_dispatch.core.runusage import RunUsage
 from pi_dispatch.fleet.control import cancelled_of
 from pi_dispatch.infra.events import EventLog
-from pi_dispatch.infra.storeprobes import PrimaryCheck
 from pi_dispatch.infra.valkey import STORE_FAULTS
-from pi_dispatch.worker.after.denials import DenialWatch, Refusals
 from pi_dispatch.worker.after.history import RunRecorder
 from pi_dispatch.worker.after.oneshot import OneShots
-from pi_dispatch.worker.gates.egressgate import EgressDown, EgressGate, EgressWay
 from pi_dispatch.worker.gates.jobplace import JobPlace
 from pi_dispatch.worker.gates.limits import Limits
 from pi_dispatch.worker.gates.scripts import InfraRetry, Refusal
@@ -71,6 +68,9 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from pi_dispatch.config.worker_settings import WorkerSettings
+    from pi_dispatch.infra.storeprobes import PrimaryCheck
+    from pi_dispatch.worker.after.denials import DenialWatch, Refusals
+    from pi_dispatch.worker.gates.egressgate import EgressGate, EgressWay
 
 
 @dataclass
@@ -250,6 +250,8 @@ class Attempts:
         """With egress on, the job's way out on its network (none: the host's fault, the job goes back unspent)."""
         if self.egress is None or network is None or network == OFFLINE_NETWORK:
             return None
+        from pi_dispatch.worker.gates.egressgate import EgressDown  # loaded with egress on only
+
         try:
             return await self.egress.way(network)
         except EgressDown as down:

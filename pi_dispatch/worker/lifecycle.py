@@ -31,12 +31,10 @@ from pi_dispatch.fleet.rehome import Rehomer
 from pi_dispatch.fleet.steal import Stealer
 from pi_dispatch.infra.clock import host_zone, wall_ms
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.infra.primarywatch import primary_watch_loops
 from pi_dispatch.infra.sdnotify import feed_watchdog, notify, watchdog_interval_s
 from pi_dispatch.infra.store import store_of
 from pi_dispatch.infra.supervise import Loop, OnFailure, ProcessFault, Supervisor
 from pi_dispatch.infra.valkey import STORE_FAULTS, bounded, describe
-from pi_dispatch.triggers.watch import TriggerWatch
 from pi_dispatch.worker.after.history import RunRecorder
 from pi_dispatch.worker.assembly import Hooks, Parts, assemble, worker_queues
 from pi_dispatch.worker.attempts import Attempts
@@ -56,6 +54,7 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from pi_dispatch.config.worker_settings import WorkerSettings
+    from pi_dispatch.triggers.watch import TriggerWatch
     from pi_dispatch.worker.take.pickup import Pickup
 
 
@@ -211,7 +210,10 @@ class Worker:
                 "the next day's sweep reads the folder again",
             ),
         ]
-        loops += primary_watch_loops(parts.store, self.log)
+        if parts.store.replicated:  # a plain store has no primary to leave: its watch is not even loaded
+            from pi_dispatch.infra.primarywatch import primary_watch_loops
+
+            loops += primary_watch_loops(parts.store, self.log)
         if (interval := watchdog_interval_s()) is not None:
             feed = partial(feed_watchdog, interval)
             loops.append(Loop("watchdog", feed, OnFailure.STOP, "unfed, systemd kills the worker without a drain"))
@@ -270,6 +272,8 @@ class Worker:
         path = self.settings.triggers_file
         if path is None:
             return None
+        from pi_dispatch.triggers.watch import TriggerWatch  # with a file only
+
         watch = TriggerWatch(path, TRIGGERS_LABEL, self.cron.changed, self.log)
         watch.start(boot_text)
         return watch

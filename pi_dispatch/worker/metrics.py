@@ -12,13 +12,15 @@ import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.core.runusage import RunUsage
-from pi_dispatch.fleet.limitview import WindowUse
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.metrics import new_registry
 from pi_dispatch.infra.valkey import STORE_FAULTS, describe
+
+if TYPE_CHECKING:
+    from pi_dispatch.fleet.limitview import WindowUse
 
 # How the worker's log names an attempt's end, and the outcome label each one counts under.
 OUTCOME_EVENTS: Final = {

@@ -20,7 +20,6 @@ from pi_dispatch.core.errors import ConfigError
 from pi_dispatch.core.jscompat import iso_string, js_json_parse
 from pi_dispatch.infra.durable import failure_name, write_atomically
 from pi_dispatch.infra.events import EventLog, discard
-from pi_dispatch.triggers.file import parse_triggers
 
 FALLBACK_FILE: Final = "triggers.json"
 MAX_FILE_BYTES: Final = 4 * 1024 * 1024
@@ -91,6 +90,8 @@ class OneShots:
             return False
         entries[index]["on"]["disarmed"] = {"at": iso_string(now_ms), "jobId": job_id}
         content = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        from pi_dispatch.triggers.file import parse_triggers  # the parser, loaded once a rule is spent
+
         parse_triggers(content, self.path.name)  # the file stays one every reader loads
         mode = self.path.stat().st_mode & 0o7777
         write_atomically(self.path, content, mode)

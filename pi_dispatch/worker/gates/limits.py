@@ -54,7 +54,6 @@ from pi_dispatch.core.scopedlimits import (
 )
 from pi_dispatch.fleet.budgets import Ledger, Reservation, add_tokens, refund, reserve, tokens_spent
 from pi_dispatch.fleet.lease import FleetLease, Lease
-from pi_dispatch.fleet.limitview import WindowUse, read_limits
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.filewatch import FileWatch, Refused
 from pi_dispatch.infra.valkey import STORE_FAULTS
@@ -66,6 +65,7 @@ if TYPE_CHECKING:
 
     from pi_dispatch.config.worker_settings import WorkerSettings
     from pi_dispatch.core.jobs import QueuedJob
+    from pi_dispatch.fleet.limitview import WindowUse
 
 SCOPE_BUSY_RECHECK_MS: Final = 5_000
 CLAIM_SLACK_MS: Final = 300_000  # a scope's lease outlives the longest container it can cover by five minutes
@@ -178,6 +178,8 @@ class Limits:
 
     async def windows(self) -> list[WindowUse]:
         """Every window this host counts in, as the store holds them now (one round trip), for the metrics."""
+        from pi_dispatch.fleet.limitview import read_limits  # the operator's view, loaded with metrics on only
+
         settings = self.settings
         view = await read_limits(
             self.client,

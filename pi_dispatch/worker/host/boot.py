@@ -8,13 +8,12 @@ import contextlib
 from typing import TYPE_CHECKING, Final
 
 from pi_dispatch.infra.events import EventLog
-from pi_dispatch.triggers.file import Trigger
-from pi_dispatch.triggers.schedules import load_cron
 from pi_dispatch.worker.after.history import reap_logs
 from pi_dispatch.worker.prepare.jobdirs import clear_job_dirs
 
 if TYPE_CHECKING:
     from pi_dispatch.config.worker_settings import WorkerSettings
+    from pi_dispatch.triggers.file import Trigger
     from pi_dispatch.worker.run.containers import ContainerRuntime
 
 SWEEP_INTERVAL_S: Final = 24 * 3600
@@ -26,6 +25,8 @@ async def read_triggers(settings: WorkerSettings) -> tuple[bytes, list[Trigger] 
     the worker exits 2 before it touches anything."""
     if settings.triggers_file is None:
         return b"", None
+    from pi_dispatch.triggers.schedules import load_cron
+
     return await asyncio.to_thread(load_cron, settings.triggers_file, TRIGGERS_LABEL)
 
 

@@ -26,7 +26,6 @@ from pi_dispatch.fleet.snapshot import FleetView, compact_registry, fleet_view
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.infra.valkey import STORE_FAULTS, bounded, describe
-from pi_dispatch.triggers.file import Trigger
 from pi_dispatch.triggers.schedules import (
     LOCAL_JOB_NAME,
     LOCAL_JOB_OPTIONS,
@@ -40,6 +39,8 @@ from pi_dispatch.triggers.schedules import (
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
+
+    from pi_dispatch.triggers.file import Trigger
 
 OP_TIMEOUT_S = 5.0
 

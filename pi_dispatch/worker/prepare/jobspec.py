@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from pi_dispatch.core.jobs import QueuedJob
-from pi_dispatch.worker.gates.egressgate import EgressWay
 
 if TYPE_CHECKING:
     from pi_dispatch.config.worker_settings import WorkerSettings
+    from pi_dispatch.worker.gates.egressgate import EgressWay
 
 
 def queue_of(job: Any) -> str:

@@ -37,8 +37,8 @@ class PutBack(Exception):
 
 
 class TakeUnconfirmed(PutBack):
-    """The job's take is not on the node the Sentinels name primary (`infra/store.PrimaryCheck`): it is not run, and
-    given back unspent where it was taken if that node still takes the write."""
+    """The job's take is not on the node the Sentinels name primary (`infra/storeprobes.PrimaryCheck`): it is not
+    run, and given back unspent where it was taken if that node still takes the write."""
 
 
 def container_result(end: ContainerEnd) -> dict[str, object]:
