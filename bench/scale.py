@@ -79,6 +79,11 @@ def sim_row(number: int, now_ms: int) -> tuple[str, dict[str, str]]:
         "consumer": "ok",
         "jobs": "[]",
         "jobsMore": "0",
+        # what every current worker publishes: its limits (`top` reads the caps most hosts publish) and dollar caps
+        "limits": "day=25;week=;month=;hold=;tokens=;files="
+        if number % 2
+        else "day=40;week=;month=;hold=;tokens=;files=",
+        "fpUsd": "0123456789abcdef",
     }
 
 

@@ -203,7 +203,7 @@ ValkeyUrl = Annotated[str, matching(_URL), _URL]
 Password = Annotated[SecretStr | None, matching(_PASSWORD), _PASSWORD]
 Sentinels = Annotated[str, matching(_SENTINELS), _SENTINELS]
 PrimaryName = Annotated[str, matching(_PRIMARY_NAME), _PRIMARY_NAME]
-# The replicated store's three settings, the same for the worker and the receiver (`infra/store.py` reads them).
+# The replicated store's three settings (`config/store_settings.py` declares them once; `infra/store.py` reads them).
 SENTINELS_HELP: Final = (
     "The Sentinels of a replicated store, host:port comma separated: the primary is found through them, and "
     "VALKEY_URL then gives only the database number. Empty: VALKEY_URL is the store.",

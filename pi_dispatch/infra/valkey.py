@@ -29,7 +29,7 @@ OP_TIMEOUT_S: Final = 2.0
 KEYS_PER_SCRIPT: Final = 1000  # a script over many keys holds the store a few ms at most
 # What a store that is away, busy, read-only, out of memory or short of replicas raises: worth trying again later,
 # unlike an error about what was sent (which the same call would raise again). Connection errors include a Sentinel
-# that names no primary, a server still LOADING its data and our own NotPrimary (`infra/store.py`).
+# that names no primary, a server still LOADING its data and our own NotPrimary (`infra/storeprobes.py`).
 OUTAGE_CLASSES: Final = (
     redis_errors.ConnectionError,
     redis_errors.TimeoutError,
