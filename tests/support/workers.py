@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -196,3 +197,14 @@ async def registered_hosts(client: Any, caps_by_host: Mapping[str, str]) -> Asyn
     finally:
         for row in rows:
             await row.close()
+
+
+FAST_RETRY: dict[str, Any] = {
+    "attempts": 2,
+    "backoff": {"type": "fixed", "delay": 200},
+}  # a retried job's backoff, short enough for a test
+
+
+def record_of(logs_dir: Path, job_id: str) -> dict[str, Any]:
+    """The record a worker wrote for a job in its logs folder."""
+    return json.loads((logs_dir / f"{job_id}.json").read_text())
