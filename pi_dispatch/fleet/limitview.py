@@ -132,9 +132,13 @@ async def read_limits(
 ) -> LimitsView:
     """The windows' counts (dollars' too: the fleet's when capped, each dollar row's), the scopes' slot holders and
     the open dollar holds, in one round trip."""
-    fleet = [(BUDGET_PREFIX, window, window_key(BUDGET_PREFIX, window, now_ms), cap) for window, cap in _all(caps)]
+    fleet = [
+        (BUDGET_PREFIX, window, window_key(BUDGET_PREFIX, window, now_ms), cap) for window, cap in caps.by_window()
+    ]
     if dollars.active():
-        fleet += [(USD_PREFIX, window, window_key(USD_PREFIX, window, now_ms), cap) for window, cap in _all(dollars)]
+        fleet += [
+            (USD_PREFIX, window, window_key(USD_PREFIX, window, now_ms), cap) for window, cap in dollars.by_window()
+        ]
     scope_keys = [
         (
             row,
@@ -167,10 +171,6 @@ Counted = tuple[str, Window, str, int | None]  # a window's ledger, window, key 
 
 def _keyed(ledger: str, caps: WindowCaps, now_ms: int) -> list[Counted]:
     return [(ledger, window, window_key(ledger, window, now_ms), cap) for window, cap in caps.active()]
-
-
-def _all(caps: WindowCaps) -> list[tuple[Window, int | None]]:
-    return list(caps.by_window())
 
 
 def _use(counted: Counted, reply: object, now_ms: int) -> WindowUse:
