@@ -107,7 +107,7 @@ async def forge() -> AsyncIterator[Any]:
 @pytest.fixture
 async def forge_client() -> AsyncIterator[Any]:
     """The receiver's own client for forge APIs, with a short timeout."""
-    from pi_dispatch.receiver.forges.http import ForgeClient
+    from pi_dispatch.forgeapi.http import ForgeClient
 
     made = ForgeClient(timeout_s=2)
     try:

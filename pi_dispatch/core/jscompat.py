@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 
 class _Missing:
@@ -323,3 +323,9 @@ def js_json_parse(text: str | bytes) -> object:
 def iso_string(epoch_ms: int) -> str:
     """`new Date(epoch_ms).toISOString()`: UTC, milliseconds, a `Z`."""
     return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def mapping_at(value: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """An object field as a mapping: empty when absent or not an object (hostile data reads as nothing)."""
+    found = value.get(key)
+    return found if isinstance(found, Mapping) else {}

@@ -60,6 +60,22 @@ class Reason(StrEnum):
     MODEL_POLICY_UNENFORCEABLE = "model-policy-unenforceable"
     # this port's own: the job binds profiles whose egress allowlists differ (PI_EGRESS_PROFILES), never retried
     EGRESS_PROFILES_DIFFER = "egress-profiles-differ"
+    # preparing a forge or local job as the reference does (`worker/prepare/`): its commit gone from the forge, its
+    # `.pi/` past a cap, its local folder no repository, its image unable to run what it asks for
+    SHA_GONE = "sha-gone"
+    PI_TOO_MANY_FILES = "pi-too-many-files"
+    PI_FILE_TOO_LARGE = "pi-file-too-large"
+    PI_TOO_LARGE = "pi-too-large"
+    PI_PATH_COLLISION = "pi-path-collision"
+    LOCAL_FOLDER_NOT_A_REPO = "local-folder-not-a-repo"
+    LOCAL_FOLDER_NO_COMMIT = "local-folder-no-commit"
+    LOCAL_FOLDER_UNREADABLE_REPO = "local-folder-unreadable-repo"
+    JOB_IMAGE_FORGE_UNSUPPORTED = "job-image-forge-unsupported"
+    JOB_IMAGE_REPLICAS_UNSUPPORTED = "job-image-replicas-unsupported"
+    JOB_IMAGE_COMMANDS_UNSUPPORTED = "job-image-commands-unsupported"
+    JOB_IMAGE_EXCLUDE_TOOLS_UNSUPPORTED = "job-image-exclude-tools-unsupported"
+    JOB_IMAGE_MODEL_POLICY_UNSUPPORTED = "job-image-model-policy-unsupported"
+    SESSIONS_DIR_UNSET = "sessions-dir-unset"
     # the job's container
     JOB_IMAGE_MISSING = "job-image-missing"
     # this port's own: the job binds a profile whose runtime (runsc) failed this host's boot canary, never retried

@@ -26,6 +26,7 @@ from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.fleet.enqueue import Enqueuer, store_router
 from pi_dispatch.fleet.receivers import REPORT_EVERY_S, ReceiverState, report_receiver
 from pi_dispatch.fleet.storeview import refuse_an_evicting_store
+from pi_dispatch.forgeapi.http import ForgeCallError, ForgeClient
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.primarywatch import primary_watch_loops
@@ -34,7 +35,6 @@ from pi_dispatch.infra.supervise import Loop, OnFailure, Supervisor
 from pi_dispatch.infra.valkey import STORE_FAULTS, bounded, describe
 from pi_dispatch.receiver.endpoints import ReceiverConfig
 from pi_dispatch.receiver.forges import registered
-from pi_dispatch.receiver.forges.http import ForgeCallError, ForgeClient
 from pi_dispatch.receiver.forges.identity import with_retry
 from pi_dispatch.receiver.forges.spec import Retried, Served
 from pi_dispatch.receiver.guard import ConnectionLimits, raise_descriptor_limit

@@ -84,7 +84,8 @@ SKETCH_ENTRY: dict[str, Any] = {
 # The sketch's receiver package: Forgejo's dialect under its own name, armed by its own variable.
 SKETCH_PACKAGE = """
 from pi_dispatch.receiver.forges.forgejo import SPEC as FORGEJO
-from pi_dispatch.receiver.forges.spec import Arming, Forge, forge_setting
+from pi_dispatch.forgeapi.common import forge_setting
+from pi_dispatch.receiver.forges.spec import Arming, Forge
 import dataclasses
 
 def arm(arming: Arming) -> object:

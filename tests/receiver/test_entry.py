@@ -10,8 +10,8 @@ import pytest
 
 from pi_dispatch.config.handover import secret_text
 from pi_dispatch.core.errors import ConfigError
+from pi_dispatch.forgeapi.common import forge_setting
 from pi_dispatch.receiver.entry import checked_config
-from pi_dispatch.receiver.forges.spec import forge_setting
 from tests.support.helpers import CLI_FRAMEWORK, SETTINGS_CHECKERS, modules_loaded
 
 LABEL = {"triggers": [{"on": {"type": "label", "any": ["pi:fix"]}, "run": {"kind": "github", "flow": "fix"}}]}

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from pi_dispatch.fleet.enqueue import Enqueued, Enqueuer, ForgeRouter
+from pi_dispatch.forgeapi.github import GitHubAuth, GitHubTokens
+from pi_dispatch.forgeapi.http import ForgeClient
 from pi_dispatch.infra.store import StoreAddress
-from pi_dispatch.receiver.forges.github.access import GitHubAuth, GitHubTokens, github_permission
-from pi_dispatch.receiver.forges.http import ForgeClient
+from pi_dispatch.receiver.forges.github.access import github_permission
 from tests.support.fakeforge import FakeForge, Reply
 from tests.support.receiving import Resolvers, github_headers, queued_jobs, rules_of, served
 

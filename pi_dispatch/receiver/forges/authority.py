@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
-from pi_dispatch.receiver.forges.http import Answer
+from pi_dispatch.forgeapi.http import Answer
 
 WRITERS: Final = ("admin", "write")
 _UNSAFE: Final = re.compile(r"[/?#\s]")

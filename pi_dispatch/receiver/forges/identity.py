@@ -1,5 +1,5 @@
-"""What every forge's access shares: the retry of its identity at boot, an id read from an answer, a path segment,
-and the settings' text as its arm reads it. Each forge's own calls are in its package (`forges/<forge>/access.py`).
+"""The retry of a forge's identity at boot, which every forge's access shares. Each forge's own calls are in its
+package (`forges/<forge>/access.py`); what the worker shares with them (a call, an id, a segment) in `forgeapi/`.
 
 An identity is resolved once at boot, retried inside a window when the forge does not answer: waits of 5, 10 and
 20 s, then 30 s each, the last shortened so a final try lands at the window's end; each try cut off after 10 s. A
@@ -11,42 +11,15 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from pi_dispatch.config.handover import Revealable, secret_text
-from pi_dispatch.core.jscompat import is_integer
+from pi_dispatch.forgeapi.http import ForgeCallError
 from pi_dispatch.infra.events import EventLog
-from pi_dispatch.receiver.forges.http import Answer, ForgeCallError, failure
 
 RETRY_WAITS_MS: Final = (5_000, 10_000, 20_000)
 RETRY_WAIT_MS: Final = 30_000
 ATTEMPT_CUTOFF_S: Final = 10.0
-
-
-def secret_of(secret: Revealable | None) -> str:
-    """A setting's secret as text, empty when unset."""
-    return secret_text(secret) or ""
-
-
-def root_url(url: str | None) -> str:
-    """A forge's base URL as its calls extend it: trimmed, without a trailing slash."""
-    return (url or "").strip().rstrip("/")
-
-
-def segment(text: str) -> str:
-    """One URL path segment, percent-encoded (`alice[bot]` is `alice%5Bbot%5D`)."""
-    return urllib.parse.quote(text, safe="")
-
-
-def id_of(answer: Answer, what: str) -> int:
-    if not answer.ok or not answer.readable:
-        raise failure(answer, what)
-    value = answer.body.get("id") if isinstance(answer.body, dict) else None
-    if not is_integer(value):
-        raise ForgeCallError(f"{what} answered without an id", transient=False, status=answer.status)
-    return int(value)  # type: ignore[arg-type]
 
 
 Sleep = Callable[[float], Awaitable[None]]

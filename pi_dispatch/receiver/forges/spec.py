@@ -22,10 +22,10 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from pi_dispatch.core.errors import Problem
 from pi_dispatch.core.jobs import target_separator
+from pi_dispatch.forgeapi.http import ForgeClient
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.receiver.auth import hub_signature_valid
 from pi_dispatch.receiver.forges.authority import Authority
-from pi_dispatch.receiver.forges.http import ForgeClient
 from pi_dispatch.receiver.guard import BODY_DEADLINE
 from pi_dispatch.receiver.rules import ForgeRules, Rules
 
@@ -110,12 +110,6 @@ class Served:
 
 
 Connect = Callable[[Any, ForgeClient, Retried, EventLog], Awaitable[Served]]
-
-
-def forge_setting(settings: object, variable: str) -> Any:
-    """A forge variable's value (`GITLAB_TOKEN`) from loaded settings or their handed-over values (None: unset),
-    declared in the forge's entry (`core/forges.py`) rather than on `ReceiverSettings`."""
-    return getattr(settings, variable.lower())
 
 
 def item_target(job: Mapping[str, Any]) -> str:

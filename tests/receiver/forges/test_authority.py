@@ -5,12 +5,13 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from pi_dispatch.forgeapi.github import GitHubAuth, GitHubTokens
+from pi_dispatch.forgeapi.http import ForgeClient
 from pi_dispatch.receiver.forges.authority import Undecided
 from pi_dispatch.receiver.forges.azure.access import AzureArm, AzureVerifier, azure_membership
 from pi_dispatch.receiver.forges.forgejo.access import ForgejoArm, forgejo_permission
-from pi_dispatch.receiver.forges.github.access import GitHubAuth, GitHubTokens, github_permission
+from pi_dispatch.receiver.forges.github.access import github_permission
 from pi_dispatch.receiver.forges.gitlab.access import GitLabArm, GitLabVerifier, gitlab_access
-from pi_dispatch.receiver.forges.http import ForgeClient
 from tests.support.fakeforge import FakeForge, Reply
 
 CLOSED_PORT = "http://127.0.0.1:1"

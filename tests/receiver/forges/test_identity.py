@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 
 from pi_dispatch.core.errors import ExitStatus
+from pi_dispatch.forgeapi.github import GitHubAuth, GitHubTokens
+from pi_dispatch.forgeapi.http import Answer, ForgeCallError, ForgeClient, status_transient
 from pi_dispatch.infra.events import Recorder
 from pi_dispatch.receiver.forges.azure.access import AzureArm, AzureVerifier, azure_identity
 from pi_dispatch.receiver.forges.forgejo.access import ForgejoArm, forgejo_identity
-from pi_dispatch.receiver.forges.github.access import GitHubAuth, GitHubTokens, github_identity
+from pi_dispatch.receiver.forges.github.access import github_identity
 from pi_dispatch.receiver.forges.gitlab.access import GitLabArm, GitLabVerifier, gitlab_identity
-from pi_dispatch.receiver.forges.http import Answer, ForgeCallError, ForgeClient, status_transient
 from pi_dispatch.receiver.forges.identity import with_retry
 from tests.support.fakeforge import FakeForge, Reply
 

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from pi_dispatch.fleet.enqueue import Enqueued, Enqueuer, ForgeRouter
+from pi_dispatch.forgeapi.http import ForgeClient
 from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.receiver.auth import hub_signature
 from pi_dispatch.receiver.forges.azure.access import AzureArm, AzureVerifier, azure_membership
 from pi_dispatch.receiver.forges.forgejo.access import ForgejoArm, forgejo_permission
 from pi_dispatch.receiver.forges.gitlab.access import GitLabArm, GitLabVerifier, gitlab_access
-from pi_dispatch.receiver.forges.http import ForgeClient
 from tests.receiver.test_server import no_hosts
 from tests.support.fakeforge import FakeForge, Reply
 from tests.support.receiving import GITHUB_SECRET, Identities, Resolvers, queued_jobs, rules_of, served

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Final
 
 from pi_dispatch.core.jscompat import js_trim
+from pi_dispatch.forgeapi.common import forge_setting, root_url, secret_of, segment
+from pi_dispatch.forgeapi.http import Answer, ForgeCallError, ForgeClient, failure
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.receiver.forges.authority import Authority, Undecided
-from pi_dispatch.receiver.forges.http import Answer, ForgeCallError, ForgeClient, failure
-from pi_dispatch.receiver.forges.identity import root_url, secret_of, segment
-from pi_dispatch.receiver.forges.spec import Arming, Retried, Served, forge_setting
+from pi_dispatch.receiver.forges.spec import Arming, Retried, Served
 
 AZURE_API_VERSION: Final = "7.1-preview.1"
 AZURE_PAGES: Final = 20

@@ -6,11 +6,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from pi_dispatch.forgeapi.common import forge_setting, id_of, root_url, secret_of, segment
+from pi_dispatch.forgeapi.http import ForgeCallError, ForgeClient
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.receiver.forges.authority import Authority, Undecided, permission_of, plain_name
-from pi_dispatch.receiver.forges.http import ForgeCallError, ForgeClient
-from pi_dispatch.receiver.forges.identity import id_of, root_url, secret_of, segment
-from pi_dispatch.receiver.forges.spec import Arming, Retried, Served, forge_setting
+from pi_dispatch.receiver.forges.spec import Arming, Retried, Served
 
 
 @dataclass(frozen=True)

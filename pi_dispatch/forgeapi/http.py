@@ -20,7 +20,7 @@ import aiohttp
 from pi_dispatch.core.errors import ExitStatus, PiDispatchError
 
 ATTEMPT_TIMEOUT_S: Final = 10.0
-USER_AGENT: Final = "pi-dispatch-receiver"
+USER_AGENT: Final = "pi-dispatch"
 TRANSIENT_STATUSES: Final = frozenset({408, 425, 429})
 
 
