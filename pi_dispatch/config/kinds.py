@@ -182,6 +182,9 @@ _USER = TextForm(
 # an empty address turns the listener off, so empty is a value here, not "the default"
 _METRICS = TextForm(pattern=f"|{HOST_PORT}", what="host:port, or empty for none")
 _NETWORK = TextForm(pattern=r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", what="a Docker network name", blank_is_default=True)
+_CONTRACT = TextForm(pattern="reference|event", what="reference or event", blank_is_default=True)
+_PROVIDER = TextForm(pattern=r"[a-z0-9][a-z0-9._-]{0,63}", what="a pi provider id such as anthropic")
+_MODEL = TextForm(pattern=r"|[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}", what="a model id, or empty")
 _RUNTIME = TextForm(pattern=RUNTIME_NAME_RE.pattern, what="a Docker runtime name", blank_is_default=True)
 _NAMES = ListForm(item=PROFILE_NAME_RE.pattern, what="profile names")
 _ENV_NAMES = ListForm(item=r"[A-Za-z_][A-Za-z0-9_]{0,127}", what="environment variable names")
@@ -224,6 +227,9 @@ Zone = Annotated[str | None, matching(_ZONE), _ZONE]
 JobNetwork = Annotated[str | None, matching(_NETWORK), _NETWORK]
 ImageList = Annotated[tuple[str, ...], NoDecode, _items(_IMAGES), _IMAGES]
 JobRuntime = Annotated[str | None, matching(_RUNTIME), _RUNTIME]
+JobContract = Annotated[str, matching(_CONTRACT), _CONTRACT]
+ProviderId = Annotated[str, matching(_PROVIDER), _PROVIDER]
+ModelId = Annotated[str, matching(_MODEL), _MODEL]
 ProfileNames = Annotated[tuple[str, ...], NoDecode, _items(_NAMES), _NAMES]
 EnvNames = Annotated[tuple[str, ...], NoDecode, _items(_ENV_NAMES), _ENV_NAMES]
 ContainerUser = Annotated[str | None, matching(_USER), _USER]

@@ -11,24 +11,24 @@ default only when absent. Which forges are armed, and what each then requires, i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
-from pydantic import SecretStr, create_model, field_validator
+from pydantic import field_validator
 
 from pi_dispatch.config.declaration import setting
 from pi_dispatch.config.envfile import render_env
+from pi_dispatch.config.forgevars import with_forge_variables
 from pi_dispatch.config.forms import TextForm
 from pi_dispatch.config.kinds import (
     HOST_PORT,
-    Password,
     Whole,
     WholeMs,
     matching,
 )
-from pi_dispatch.config.store_settings import SECRET_FIX, StoreSettings
+from pi_dispatch.config.store_settings import StoreSettings
 from pi_dispatch.core.descriptors import descriptors_needed
 from pi_dispatch.core.errors import ConfigError, Problem
-from pi_dispatch.core.forges import FORGES, ForgeVariable
+from pi_dispatch.core.forges import FORGES
 
 IDENTITY_RETRY_FLOOR_S: Final = 60
 
@@ -40,29 +40,10 @@ _ADDRESS = TextForm(
     blank_is_default=True,
     nullable=True,
 )
-_URL = TextForm(  # blanks around it are trimmed, as the reference trims these
-    pattern=r"[ \t]*https?://[^\x00-\x20\x7f]+[ \t]*",
-    what="an http:// or https:// URL",
-    blank_is_default=True,
-    nullable=True,
-)
-_ID = TextForm(pattern=r"[1-9][0-9]{0,18}", what="a positive whole number", blank_is_default=True, nullable=True)
-_HEADER = TextForm(
-    pattern=r"[ \t]*[!#$%&'*+.^_`|~0-9A-Za-z-]+[ \t]*", what="an HTTP header name", blank_is_default=True, nullable=True
-)
-_VARIABLE = TextForm(pattern=r"[A-Za-z_][A-Za-z0-9_]{0,127}", what="an environment variable name")
-_KEY_PATH = TextForm(pattern=r"/[^\x00-\x1f\x7f]*", what="an absolute path", blank_is_default=True, nullable=True)
-_PEM = TextForm(pattern=r"[^\x00]*", what="a PEM private key", blank_is_default=True, secret=True)
 
 FilePath = Annotated[str, matching(_PATH), _PATH]
 BindAddress = Annotated[str, matching(_BIND), _BIND]
 Address = Annotated[str | None, matching(_ADDRESS), _ADDRESS]
-HttpUrl = Annotated[str | None, matching(_URL), _URL]
-NumericId = Annotated[str | None, matching(_ID), _ID]
-HeaderName = Annotated[str | None, matching(_HEADER), _HEADER]
-VariableName = Annotated[str, matching(_VARIABLE), _VARIABLE]
-KeyPath = Annotated[str | None, matching(_KEY_PATH), _KEY_PATH]
-PrivateKey = Annotated[SecretStr | None, matching(_PEM), _PEM]
 
 
 class ReceiverSettings(StoreSettings):
@@ -158,38 +139,7 @@ class ReceiverSettings(StoreSettings):
         return max(IDENTITY_RETRY_FLOOR_S, value)
 
 
-# A form a forge's entry names for one of its variables, and the fix a secret's refusal gives.
-_FORGE_FORMS: Final[Mapping[str, tuple[object, str | None]]] = {
-    "secret": (Password, SECRET_FIX),
-    "url": (HttpUrl, None),
-    "id": (NumericId, None),
-    "variable": (VariableName, None),
-    "header": (HeaderName, None),
-    "absolutePath": (KeyPath, None),
-    "pem": (PrivateKey, None),
-}
-
-
-def _forge_field(variable: ForgeVariable) -> tuple[object, object]:
-    if isinstance(variable.form, str):
-        annotation, fix = _FORGE_FORMS[variable.form]
-    else:  # one of a few words
-        words = variable.form
-        what = f"{', '.join(words[:-1])} or {words[-1]}"
-        form = TextForm(pattern="|".join(words), what=what, blank_is_default=True, nullable=True)
-        annotation, fix = Annotated[str | None, matching(form), form], None
-    declared = setting(variable.name, variable.default, variable.help, variable.fix or fix or "")
-    return annotation, declared
-
-
-def _with_forge_variables(base: type[ReceiverSettings]) -> type[ReceiverSettings]:
-    fields: dict[str, Any] = {
-        variable.name.lower(): _forge_field(variable) for words in FORGES.values() for variable in words.variables
-    }
-    return create_model("ReceiverSettings", __base__=base, **fields)
-
-
-RECEIVER_MODEL: Final = _with_forge_variables(ReceiverSettings)
+RECEIVER_MODEL: Final = with_forge_variables(ReceiverSettings, "ReceiverSettings", worker_only=False)
 # The inventory variables each written under the variable a setting names (GITHUB_PAT under GITHUB_PAT_VAR's).
 _HELD_UNDER: Final = {
     variable.names_the_variable_of: variable

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import PrivateAttr, field_validator
 from pydantic_settings import PydanticBaseSettingsSource
 
+from pi_dispatch.config.agent_settings import AgentSettings
 from pi_dispatch.config.declaration import ENV_ONLY, MS, load_declared, setting, unbounded
+from pi_dispatch.config.forgevars import with_forge_variables
+from pi_dispatch.config.handover import Secret
 from pi_dispatch.config.kinds import (
     ContainerUser,
     Cpus,
@@ -44,6 +48,7 @@ from pi_dispatch.config.script_settings import ScriptSettings
 from pi_dispatch.config.sources import HostFacts, MachineDefaults
 from pi_dispatch.config.store_settings import StoreSettings
 from pi_dispatch.core.egress import EGRESS_NETWORK, PROXY_STATE_DIR
+from pi_dispatch.core.providers import EVERY_KEY
 from pi_dispatch.core.rehoming import REHOME_AFTER_MS, REHOME_FLOOR_MS
 
 
@@ -329,9 +334,15 @@ class HostSettings(StoreSettings):
         return MachineDefaults(cls, facts)
 
 
-class WorkerSettings(LimitSettings, HostSettings, ScriptSettings):
+class DeclaredWorkerSettings(LimitSettings, AgentSettings, HostSettings, ScriptSettings):
     """The typed configuration a worker runs with, in the order the env file lists it: its scripts', the host's,
-    then its limits."""
+    then its limits; then the forges' variables it reads (`forgevars.py`: declared in each forge's entry)."""
+
+
+if TYPE_CHECKING:  # a forge's variables are read by name (`forgeapi/common.forge_setting`), so typed as declared
+    WorkerSettings = DeclaredWorkerSettings
+else:
+    WorkerSettings = with_forge_variables(DeclaredWorkerSettings, "WorkerSettings", worker_only=True)
 
 
 def load_settings(
@@ -343,4 +354,6 @@ def load_settings(
     """The worker's settings from the process environment, or from env_file alone. Raises ConfigError."""
     settings, raw = load_declared(WorkerSettings, "worker-env", env_file, facts=facts, environment=environment)
     settings._declared_name = bool(raw.values.get("PI_WORKER_NAME"))
+    by_name = {*EVERY_KEY, getattr(settings, "github_pat_var", None)}
+    settings._credentials = {name: Secret(value) for name, value in raw.everything.items() if name in by_name and value}
     return settings

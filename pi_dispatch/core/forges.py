@@ -27,6 +27,7 @@ class ForgeVariable:
     help: str
     fix: str | None = None
     names_the_variable_of: str | None = None  # an inventory variable written under the variable this one names
+    worker: bool = False  # the worker reads it too (its jobs' tokens, clones and comments)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class ForgeWords:
                     help=raw["help"],
                     fix=raw.get("fix"),
                     names_the_variable_of=raw.get("namesTheVariableOf"),
+                    worker=raw.get("worker", False),
                 )
                 for raw in entry["variables"]
             ),

@@ -20,7 +20,14 @@ if TYPE_CHECKING:
     from pi_dispatch.infra.events import EventLog
 
 # What the worker reads of its settings besides their fields.
-SETTINGS_PROPERTIES: Final = ("worker_name_declared", "jobs_network", "egress_network", "job_caps", "dollar_caps")
+SETTINGS_PROPERTIES: Final = (
+    "worker_name_declared",
+    "jobs_network",
+    "egress_network",
+    "job_caps",
+    "dollar_caps",
+    "credentials",
+)
 
 
 def checked_settings(env_file: Path | None) -> WorkerSettings:
