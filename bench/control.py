@@ -53,6 +53,7 @@ def worker_env(url: str, folder: Path, name: str, **extra: str) -> dict[str, str
         "PI_METRICS_ADDR": "",
         "PI_EGRESS": "0",
         "PI_DAILY_CAP": UNCAPPED,
+        "PI_JOB_CONTRACT": "event",  # the example image runs no agent
         **extra,
     }
 

@@ -68,6 +68,7 @@ async def round_per_job(url: str, folder: Path, jobs: int, tag: str, metrics: bo
         "PI_METRICS_ADDR": address,
         "PI_EGRESS": "0",
         "PI_DAILY_CAP": UNCAPPED,
+        "PI_JOB_CONTRACT": "event",  # the example image runs no agent
     }
     settings = load_settings(environment=lambda: env, facts=HostFacts("bench", None, os.geteuid()))
     runtime = ContainerRuntime.connect("bench", 2)

@@ -63,6 +63,7 @@ async def worker_runs(url: str, image: str, count: int, folder: Path) -> float:
         "PI_JOB_CPUS": "0.5",
         "PI_EGRESS": "0",  # against a plain `docker run`: bench/egress.py measures egress's cost
         "PI_DAILY_CAP": UNCAPPED,
+        "PI_JOB_CONTRACT": "event",  # the example image runs no agent
     }
     settings = load_settings(environment=lambda: env, facts=HostFacts("bench", None, os.geteuid()))
     runtime = ContainerRuntime.connect("bench", 1)

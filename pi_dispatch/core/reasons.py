@@ -76,6 +76,9 @@ class Reason(StrEnum):
     JOB_IMAGE_EXCLUDE_TOOLS_UNSUPPORTED = "job-image-exclude-tools-unsupported"
     JOB_IMAGE_MODEL_POLICY_UNSUPPORTED = "job-image-model-policy-unsupported"
     SESSIONS_DIR_UNSET = "sessions-dir-unset"
+    JOB_USER_UNMAPPABLE = "job-user-unmappable"
+    JOB_IMAGE_ANY_UID_UNSUPPORTED = "job-image-any-uid-unsupported"
+    PROVIDER_UNCONFIGURED = "provider-unconfigured"
     # the job's container
     JOB_IMAGE_MISSING = "job-image-missing"
     # this port's own: the job binds a profile whose runtime (runsc) failed this host's boot canary, never retried

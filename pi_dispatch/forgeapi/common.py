@@ -3,12 +3,15 @@ segment, an id read from an answer."""
 
 from __future__ import annotations
 
+import re
 import urllib.parse
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Final
 
 from pi_dispatch.config.handover import Revealable, secret_text
 from pi_dispatch.core.jscompat import is_integer
-from pi_dispatch.forgeapi.http import Answer, ForgeCallError, failure
+from pi_dispatch.forgeapi.errors import ForgeCallError
+from pi_dispatch.forgeapi.http import Answer, failure
 
 
 def forge_setting(settings: object, variable: str) -> Any:
@@ -39,3 +42,17 @@ def id_of(answer: Answer, what: str) -> int:
     if not is_integer(value):
         raise ForgeCallError(f"{what} answered without an id", transient=False, status=answer.status)
     return int(value)  # type: ignore[arg-type]
+
+
+COMMIT_SHA: Final = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+# One segment of a repository's path as a forge names it: never `.` or `..`, never a separator or a blank.
+REPO_SEGMENT: Final = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9_.-]{1,100}")
+
+
+def repository_parts(job: Mapping[str, Any]) -> tuple[str, str]:
+    """A job's `owner/name` (its first two segments), each a plain name; a ForgeCallError (determinate) else."""
+    repo = job.get("repo")
+    parts = repo.split("/") if isinstance(repo, str) else []
+    if len(parts) < 2 or not all(REPO_SEGMENT.fullmatch(part) for part in parts[:2]):
+        raise ForgeCallError("the job's repository is not owner/name", transient=False)
+    return parts[0], parts[1]

@@ -8,14 +8,17 @@ import asyncio
 import functools
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from pi_dispatch.core.errors import Problem
-from pi_dispatch.forgeapi.common import forge_setting, root_url, secret_of, segment
-from pi_dispatch.forgeapi.http import ForgeCallError, ForgeClient, failure
+from pi_dispatch.core.prompt import PromptInput, github_prompt, target_number
+from pi_dispatch.forgeapi.common import COMMIT_SHA, forge_setting, repository_parts, root_url, secret_of, segment
+from pi_dispatch.forgeapi.errors import ForgeCallError
+from pi_dispatch.forgeapi.http import ForgeClient, failure
 
 GITHUB_API_VERSION: Final = "2022-11-28"
 GH_TIMEOUT_S: Final = 10.0
@@ -147,9 +150,11 @@ class GitHubTokens:
         except (ValueError, TypeError) as error:
             raise ForgeCallError("the GitHub App private key cannot sign", transient=False) from error
 
-    async def installation_token(self, permissions: Mapping[str, str], repository: str | None = None) -> str:
+    async def installation_token(self, permissions: Mapping[str, str] | None, repository: str | None = None) -> str:
+        """An installation token for one repository (or all the installation's), with the installation's whole
+        grant unless narrowed: a job's is not narrowed, as the reference mints it."""
         url = f"{self.auth.api_url}/app/installations/{segment(self.auth.installation_id)}/access_tokens"
-        body: dict[str, Any] = {"permissions": dict(permissions)}
+        body: dict[str, Any] = {} if permissions is None else {"permissions": dict(permissions)}
         if repository is not None:
             body["repositories"] = [repository]
         answer = await self.client.request("POST", url, github_headers(self.app_jwt()), body)
@@ -163,3 +168,83 @@ class GitHubTokens:
         if self.auth.source == "app":
             return await self.installation_token({"metadata": "read"}, name)
         return await self.operator_token()
+
+
+def web_root(api_url: str) -> str:
+    """Where a repository's git lives for an API base: github.com for api.github.com, the host itself for GitHub
+    Enterprise Server's `https://<host>/api/v3` (and for a stand-in on that shape)."""
+    parts = urllib.parse.urlsplit(api_url)
+    if parts.hostname == "api.github.com":
+        return "https://github.com"
+    path = parts.path.removesuffix("/").removesuffix("/api/v3")
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+class GitHubJobs:
+    """A GitHub job's forge: its token (an App installation's scoped to the job's one repository, else the
+    operator's), its default branch and commit, the branch's protection, its clone URL, a comment."""
+
+    kind: Final = "github"
+
+    def __init__(self, auth: GitHubAuth, client: ForgeClient) -> None:
+        self.tokens = GitHubTokens(auth, client)
+        self.auth, self.client = auth, client
+
+    async def mint(self, job: Mapping[str, Any]) -> str:
+        if self.auth.source != "app":
+            return await self.tokens.operator_token()
+        if not isinstance(job.get("repo"), str) or not job["repo"]:
+            raise ForgeCallError("an App token names one repository, and run.github jobs have none", transient=False)
+        _, name = repository_parts(job)
+        return await self.tokens.installation_token(None, name)
+
+    def _repo_url(self, job: Mapping[str, Any]) -> str:
+        owner, name = repository_parts(job)
+        return f"{self.auth.api_url}/repos/{segment(owner)}/{segment(name)}"
+
+    async def _json(self, url: str, token: str, what: str) -> Mapping[str, Any]:
+        answer = await self.client.get(url, github_headers(token))
+        if not answer.ok or not isinstance(answer.body, dict):
+            raise failure(answer, what)
+        return answer.body
+
+    async def default_branch(self, job: Mapping[str, Any], token: str) -> str:
+        branch = (await self._json(self._repo_url(job), token, "GET /repos/<repo>")).get("default_branch")
+        if not isinstance(branch, str) or not branch:
+            raise ForgeCallError("GET /repos/<repo> gave no default branch", transient=False)
+        return branch
+
+    async def branch_sha(self, job: Mapping[str, Any], token: str, branch: str) -> str:
+        url = f"{self._repo_url(job)}/branches/{segment(branch)}"
+        commit = (await self._json(url, token, "GET /repos/<repo>/branches/<branch>")).get("commit")
+        sha = commit.get("sha") if isinstance(commit, Mapping) else None
+        if not isinstance(sha, str) or not COMMIT_SHA.fullmatch(sha):
+            raise ForgeCallError("GET /repos/<repo>/branches/<branch> gave no commit", transient=False)
+        return sha
+
+    async def protected(self, job: Mapping[str, Any], token: str, branch: str) -> bool:
+        """2xx: protected; 404: not; any other answer is retried, never read as unprotected."""
+        url = f"{self._repo_url(job)}/branches/{segment(branch)}/protection"
+        answer = await self.client.get(url, github_headers(token))
+        if answer.ok:
+            return True
+        if answer.status == 404:
+            return False
+        raise ForgeCallError(f"GET <branch>/protection returned {answer.status}", transient=True, status=answer.status)
+
+    def clone_url(self, job: Mapping[str, Any]) -> str:
+        owner, name = repository_parts(job)
+        return f"{web_root(self.auth.api_url)}/{owner}/{name}.git"
+
+    async def comment(self, job: Mapping[str, Any], token: str, text: str) -> None:
+        number = job.get("target", {}).get("number") if isinstance(job.get("target"), Mapping) else None
+        url = f"{self._repo_url(job)}/issues/{target_number(number)}/comments"
+        answer = await self.client.request("POST", url, github_headers(token), {"body": text})
+        if not answer.ok:
+            raise failure(answer, "POST <issue>/comments")
+
+    def instance_url(self) -> str | None:
+        return None  # GitHub's CLI finds its host from the clone
+
+    def prompt(self, given: PromptInput) -> str:
+        return github_prompt(given)

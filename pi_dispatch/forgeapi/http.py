@@ -17,25 +17,11 @@ from typing import Any, Final
 
 import aiohttp
 
-from pi_dispatch.core.errors import ExitStatus, PiDispatchError
+from pi_dispatch.forgeapi.errors import ForgeCallError
 
 ATTEMPT_TIMEOUT_S: Final = 10.0
 USER_AGENT: Final = "pi-dispatch"
 TRANSIENT_STATUSES: Final = frozenset({408, 425, 429})
-
-
-class ForgeCallError(PiDispatchError):
-    """A forge call that did not give an answer; `transient` says whether another try may."""
-
-    def __init__(
-        self, reason: str, *, transient: bool, status: int | None = None, request_id: str | None = None
-    ) -> None:
-        self.reason = reason
-        self.transient = transient
-        self.status = status
-        self.request_id = request_id
-        self.exit_code = ExitStatus.FAILURE if transient else ExitStatus.CONFIG
-        super().__init__(reason)
 
 
 @dataclass(frozen=True)

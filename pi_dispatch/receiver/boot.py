@@ -26,7 +26,8 @@ from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.fleet.enqueue import Enqueuer, store_router
 from pi_dispatch.fleet.receivers import REPORT_EVERY_S, ReceiverState, report_receiver
 from pi_dispatch.fleet.storeview import refuse_an_evicting_store
-from pi_dispatch.forgeapi.http import ForgeCallError, ForgeClient
+from pi_dispatch.forgeapi.errors import ForgeCallError
+from pi_dispatch.forgeapi.http import ForgeClient
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.primarywatch import primary_watch_loops

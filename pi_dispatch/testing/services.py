@@ -119,6 +119,7 @@ def worker_process_env(root: Path, url: str, image: str, name: str, **extra: str
         "PI_JOB_CPUS": "0.5",
         "PI_EGRESS": "0",  # no egress proxy of its own: jobs on the daemon's default network
         "PI_DAILY_CAP": UNCAPPED,
+        "PI_JOB_CONTRACT": "event",  # the example image runs no agent
         **extra,
     }
 

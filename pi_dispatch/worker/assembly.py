@@ -23,6 +23,7 @@ from pi_dispatch.infra.store import StoreAddress
 from pi_dispatch.worker.after.history import RunRecorder
 from pi_dispatch.worker.after.oneshot import OneShots
 from pi_dispatch.worker.attempts import Attempts
+from pi_dispatch.worker.gates.agentgate import AgentGate
 from pi_dispatch.worker.gates.limits import LimitFiles, Limits, read_limit_files
 from pi_dispatch.worker.gates.waitgate import WaitGate
 from pi_dispatch.worker.host.clockwatch import ClockWatch
@@ -31,7 +32,9 @@ from pi_dispatch.worker.host.cron import CronSchedules
 from pi_dispatch.worker.host.hosthealth import HostHealth
 from pi_dispatch.worker.host.storememory import StoreMemoryWatch
 from pi_dispatch.worker.metrics import WorkerMetrics
+from pi_dispatch.worker.prepare.contract import REFERENCE_CONTRACT, JobContract
 from pi_dispatch.worker.prepare.jobdirs import worker_jobs_dir
+from pi_dispatch.worker.prepare.workspace import Preparer
 from pi_dispatch.worker.run.containers import ContainerRuntime
 from pi_dispatch.worker.run.output import Outputs
 
@@ -126,6 +129,14 @@ def assemble(
 
         primary = PrimaryCheck(store)
     limits = Limits(settings, client, now, log, *(limit_files or read_limit_files(settings)))
+    contract = JobContract(settings)
+    if settings.job_contract == REFERENCE_CONTRACT:  # its forges' clients loaded for the reference's contract only
+        from pi_dispatch.forgeapi.http import ForgeClient
+        from pi_dispatch.forgeapi.jobforge import job_forges
+
+        forges = job_forges(settings, ForgeClient(), log)
+        preparer = Preparer(settings.jobs_dir, name, forges, log, settings.ssl_cert_file)
+        contract = JobContract(settings, AgentGate(settings, log), preparer)
     attempts = Attempts(
         settings,
         runtime,
@@ -144,6 +155,7 @@ def assemble(
         egress=egress,
         runtimes=choice,
         denials=denials,
+        contract=contract,
     )
     rehomer = Rehomer(
         client,

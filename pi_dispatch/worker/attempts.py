@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from redis.exceptions import RedisError
@@ -25,22 +23,20 @@ from redis.exceptions import RedisError
 from pi_dispatch.core.capabilities import job_needs
 from pi_dispatch.core.egress import PROXY_VARIABLES
 from pi_dispatch.core.egressprofiles import OFFLINE_NETWORK, EgressPlan
-from pi_dispatch.core.exitauth import VERIFIED, image_capabilities
+from pi_dispatch.core.exitauth import VERIFIED
 from pi_dispatch.core.jobbounds import job_refusal
 from pi_dispatch.core.jobs import CONTAINER_VARIABLES, QueuedJob
 from pi_dispatch.core.jscompat import iso_string
 from pi_dispatch.core.keys import bull_key
-from pi_dispatch.core.names import IMAGE_REFERENCE_RE
 from pi_dispatch.core.reasons import Reason
-from pi_dispatch.core.records import build_record
 from pi_dispatch.core.runtimes import RuntimeChoice
 from pi_dispatch.core.runusage import RunUsage
 from pi_dispatch.fleet.control import cancelled_of
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.valkey import STORE_FAULTS
-from pi_dispatch.worker.after.history import RunRecorder
+from pi_dispatch.worker.after.history import RunRecorder, attempt_record
 from pi_dispatch.worker.after.oneshot import OneShots
-from pi_dispatch.worker.gates.jobplace import JobPlace
+from pi_dispatch.worker.gates.jobplace import JobPlace, job_image
 from pi_dispatch.worker.gates.limits import Limits
 from pi_dispatch.worker.gates.scripts import InfraRetry, Refusal
 from pi_dispatch.worker.gates.secrets import SecretsGate
@@ -48,8 +44,9 @@ from pi_dispatch.worker.gates.spend import Holds
 from pi_dispatch.worker.gates.waitgate import WaitGate
 from pi_dispatch.worker.host.hosthealth import HostHealth, unwritable
 from pi_dispatch.worker.metrics import WorkerMetrics
-from pi_dispatch.worker.prepare.jobdirs import write_job_dir
-from pi_dispatch.worker.prepare.jobspec import Launch, attempts_made, container_spec, queue_of
+from pi_dispatch.worker.prepare.contract import Admitted, JobContract
+from pi_dispatch.worker.prepare.jobspec import ContainerSpec, Launch, attempts_made, queue_of
+from pi_dispatch.worker.prepare.workspace import Prepared
 from pi_dispatch.worker.run.containers import STOP_GRACE_S, ContainerRuntime, StopRequest
 from pi_dispatch.worker.run.fencing import LockFence
 from pi_dispatch.worker.run.inflight import InFlight
@@ -63,6 +60,9 @@ from pi_dispatch.worker.run.outcomes import (
     container_result,
 )
 from pi_dispatch.worker.run.output import Outputs, RunningOutput
+
+# What an attempt ended with: its result, or its failure (None: the other)
+Ended = Mapping[str, Any] | None
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -96,6 +96,7 @@ class Attempts:
     runtimes: RuntimeChoice = field(default_factory=RuntimeChoice)  # the runtime each job runs under, once tried
     denials: DenialWatch | None = None  # with egress on: the proxy's refusals, attached to the attempts refused
     refused: dict[str, Refusals] = field(default_factory=dict)  # job id -> its attempt's refusals, until recorded
+    contract: JobContract | None = None  # what its containers are given (None: PI_JOB_CONTRACT=event's)
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -107,6 +108,7 @@ class Attempts:
             self.secrets, settings.secret_profiles, settings.wait_profiles, self.egress_plan, self.runtimes
         )
         self.capabilities = self.place.capabilities  # what needs a runtime that failed its canary is not served
+        self.given = self.contract or JobContract(settings)
 
     async def process(self, job: QueuedJob, token: str, queue: str) -> dict[str, object]:
         from bullmq import DelayedError, UnrecoverableError
@@ -150,9 +152,8 @@ class Attempts:
             self.inflight.started.discard(job_id)
             self.inflight.cancelled.discard(job_id)
         self.record(job, data, started, result, None)
-        self.log(
-            "job_done", {"jobId": str(job.id), "queue": queue, "outcome": result["outcome"], "reason": result["reason"]}
-        )
+        ended = {"outcome": result["outcome"], "reason": result["reason"]}
+        self.log("job_done", {"jobId": str(job.id), "queue": queue, **ended})
         return result
 
     def failed_unread(self, job: Any, reason: Reason) -> None:
@@ -168,14 +169,7 @@ class Attempts:
             fields = {"jobId": str(job.id), "queue": queue_of(job), "reason": Reason.JOB_STALLED}
             self.log("job_failed", {**fields, "attempt": attempts_made(job)})
 
-    def record(
-        self,
-        job: QueuedJob,
-        data: Mapping[str, Any],
-        started: int,
-        result: Mapping[str, Any] | None,
-        error: Mapping[str, Any] | None,
-    ) -> None:
+    def record(self, job: QueuedJob, data: Mapping[str, Any], started: int, result: Ended, error: Ended) -> None:
         """Record the attempt. Should the job's own fields break the record builder, the attempt is recorded
         without them: a record is never lost to the data it describes."""
         facts: dict[str, Any] = {
@@ -186,11 +180,7 @@ class Attempts:
             "ended_at": iso_string(self.now()),
             "host": self.name,
         }
-        try:
-            record = build_record(data=data, result=result, error=error, **facts)
-        except Exception as failure:  # broad: a bug in the face of hostile data; the run still gets its record
-            self.log("run_record_degraded", {"jobId": facts["job_id"], "error": type(failure).__name__})
-            record = build_record(data={}, result=None, error={"reason": Reason.INFRA}, **facts)
+        record = attempt_record(facts, data, result, error, self.log)
         record["queue"] = queue_of(job) or None  # where this attempt took the job
         record["routedTo"] = getattr(job, "routed_to", None)  # where the router had put it, when it was stolen
         if (refused := self.refused.pop(facts["job_id"], None)) is not None:
@@ -215,6 +205,9 @@ class Attempts:
         image = self._image(data)
         if isinstance(image, Refusal):
             return self._refused(job, image)
+        admitted = self.given.admit(str(job.id), data, await self.runtime.image_facts(image))
+        if isinstance(admitted, Refusal):
+            return self._refused(job, admitted)
         if data.get("waitFor") is not None:
             with self.metrics.timed_gate("wait_check"):
                 refused = await self.wait_gate.admit(job, token, data)
@@ -223,22 +216,47 @@ class Attempts:
         self._unless_draining()  # the job's slot was taken with it (`pickup.py`)
         await self._unless_cancelled(str(job.id))
         async with self.limits.scope_slot(job, token, data):  # a busy scope: the job waits, never refused
-            way = await self._egress_way(network)
-            with self.metrics.timed_gate("resolver"):
-                secrets = await self.secrets.resolve(data)
-            if isinstance(secrets, Refusal):
-                return self._refused(job, secrets)
-            capabilities = image_capabilities(await self.runtime.image_labels(image))  # what its runner reads
-            reservation = await self.limits.reserve(str(job.id), data, capabilities)  # tokens, windows, dollars
-            if isinstance(reservation, Refusal):
+            return await self._in_slot(job, (token, queue), data, admitted, (image, network, runtime))
+
+    async def _in_slot(
+        self,
+        job: QueuedJob,
+        taken: tuple[str, str],
+        data: Mapping[str, Any],
+        admitted: Admitted,
+        where: tuple[str, str | None, str | None],
+    ) -> dict[str, object]:
+        """In its scope's slot: its way out, its secrets, its preparation, then the money and the container."""
+        (token, queue), (image, network, runtime) = taken, where
+        way = await self._egress_way(network)
+        with self.metrics.timed_gate("resolver"):
+            secrets = await self.secrets.resolve(data)
+        if isinstance(secrets, Refusal):
+            return self._refused(job, secrets)
+        prepared = await self._prepare(job, data, admitted)  # its token, clone and folder: before any money
+        if isinstance(prepared, Refusal):
+            return self._refused(job, prepared)
+        try:
+            reservation = await self.limits.reserve(str(job.id), data, admitted.capabilities)
+            if isinstance(reservation, Refusal):  # tokens, windows, dollars
                 return self._refused(job, reservation)
             fence = LockFence(self.client, queue, str(job.id), token, self.settings.lock_duration_ms)
             launch = Launch(image, secrets, way, network, runtime, reservation.environment, reservation.exit_key)
             try:
-                return await self._run_container(job, launch, data, fence, reservation)
+                spec = self.given.spec(job, launch, data, prepared, admitted, kept=self.outputs is not None)
+                return await self._run_container(job, spec, data, fence, reservation)
             finally:
-                if not reservation.started:  # no container ran (its folder, its image, Docker): nothing counts
+                if not reservation.started:  # no container ran (its image, Docker): nothing counts
                     await self.limits.unspent(reservation)
+        finally:
+            await asyncio.to_thread(prepared.remove)
+
+    async def _prepare(self, job: QueuedJob, data: Mapping[str, Any], admitted: Admitted) -> Prepared | Refusal:
+        """The job's folders: a jobs dir this host cannot write is the host's fault (the job goes back unspent)."""
+        try:
+            return await self.given.prepare(str(job.id), data, admitted)
+        except OSError as error:
+            self._host_fault(unwritable("PI_JOBS_DIR", error))
 
     def _host_fault(self, reason: str) -> NoReturn:
         """A cause on this host's side: the host is marked unhealthy and the job goes back, its attempt unspent."""
@@ -283,30 +301,20 @@ class Attempts:
             return True
 
     def _image(self, data: Mapping[str, Any]) -> str | Refusal:
-        """The job's image: its own when this host allows it, the host's when it names none. An image the host
-        does not allow is refused; one that is not an image reference at all fails (job-image-missing)."""
-        requested = data.get("image")
-        image = self.settings.job_image if requested is None else requested
-        if not isinstance(image, str) or not IMAGE_REFERENCE_RE.fullmatch(image):
+        """The job's image (`jobplace.job_image`); one that is no image reference at all fails (job-image-missing)."""
+        image = job_image(self.settings.job_image, self.settings.allowed_images, data)
+        if image is None:
             raise JobFailure(Reason.JOB_IMAGE_MISSING, retry=False)
-        if image != self.settings.job_image and image not in self.settings.allowed_images:
-            return Refusal(Reason.JOB_IMAGE_NOT_ALLOWED)
         return image
 
     async def _run_container(
-        self, job: QueuedJob, launch: Launch, data: Mapping[str, Any], fence: LockFence, reservation: Holds
+        self, job: QueuedJob, spec: ContainerSpec, data: Mapping[str, Any], fence: LockFence, reservation: Holds
     ) -> dict[str, object]:
-        settings, job_id, image = self.settings, str(job.id), launch.image
-        try:
-            job_dir = await asyncio.to_thread(write_job_dir, settings.jobs_dir, self.name, job_id, data)
-        except OSError as error:
-            self._host_fault(unwritable("PI_JOBS_DIR", error))
-        spec = container_spec(settings, job, launch, data, job_dir, kept=self.outputs is not None)
+        settings, job_id, image = self.settings, str(job.id), spec.image
         stop = StopRequest()
         self.inflight.running[job_id], self.inflight.running_since[job_id] = stop, self.now()
-        if (
-            self.inflight.aborting.is_set() or job_id in self.inflight.cancelled
-        ):  # a stop asked for before it started stops it now
+        # a stop asked for before it started stops it now
+        if self.inflight.aborting.is_set() or job_id in self.inflight.cancelled:
             stop.request(STOP_GRACE_S)
 
         def kill_when_fenced(_: asyncio.Future[None]) -> None:
@@ -316,8 +324,8 @@ class Attempts:
         watching = asyncio.ensure_future(fence.watch())
         watching.add_done_callback(kill_when_fenced)
         began = time.monotonic()
-        output = await self._output(job_id, launch.secrets)
-        watched = self.denials if launch.way is not None else None
+        output = await self._output(job_id, spec.masked)
+        watched = self.denials if spec.resolver is not None else None
         told = watched.started(job_id, str(data.get("secretsProfile") or "")) if watched is not None else None
 
         async def started(container_id: str) -> None:
@@ -337,7 +345,7 @@ class Attempts:
             raise JobFailure(Reason.INFRA, retry=True) from None  # it refused this job's container: retried
         finally:
             watching.cancel()
-            await self._after_run(job_id, job_dir, output, watched)
+            await self._after_run(job_id, output, watched)
         return await self._ended(job_id, end, fence, reservation, (began, data.get("flow")))
 
     async def _ended(
@@ -364,23 +372,20 @@ class Attempts:
         self.metrics.ran(str(result["outcome"]), time.monotonic() - began)
         return result | telemetry
 
-    async def _after_run(
-        self, job_id: str, job_dir: Path, output: RunningOutput | None, watched: DenialWatch | None
-    ) -> None:
-        """The container is gone: its refusals found, its output closed, its folder removed."""
+    async def _after_run(self, job_id: str, output: RunningOutput | None, watched: DenialWatch | None) -> None:
+        """The container is gone: its refusals found, its output closed (its folder is removed with the attempt)."""
         self.inflight.running.pop(job_id, None)
         self.inflight.running_since.pop(job_id, None)
         if watched is not None:
             self.refused[job_id] = await watched.ended(job_id, output.sink if output else None)
         if output is not None:
             await output.finish(iso_string(self.now()))
-        await asyncio.to_thread(shutil.rmtree, job_dir, True)
 
-    async def _output(self, job_id: str, secrets: Mapping[str, str]) -> RunningOutput | None:
-        """Where this attempt's output goes, every secret it was given masked; None when the host keeps none."""
+    async def _output(self, job_id: str, masked: tuple[str, ...]) -> RunningOutput | None:
+        """Where this attempt's output goes, every secret and token it was given masked; None when none is kept."""
         if self.outputs is None:
             return None
-        return await self.outputs.start(job_id, secrets.values(), iso_string(self.now()))
+        return await self.outputs.start(job_id, masked, iso_string(self.now()))
 
     async def _unless_cancelled(self, job_id: str, *, ask_store: bool = False, exit_code: int | None = None) -> None:
         """End the attempt as `cancelled` (never retried) once an operator has cancelled the job. At the start of

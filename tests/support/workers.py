@@ -44,6 +44,7 @@ def worker_env(tmp: Path, valkey_url: str, image: str, name: str | None, **extra
         "PI_METRICS_ADDR": "",  # off: test workers would otherwise share the default port
         "PI_EGRESS": "0",  # a test of egress turns it on with an egress network and proxy of its own
         "PI_DAILY_CAP": UNCAPPED,  # a test of the limits sets its own caps
+        "PI_JOB_CONTRACT": "event",  # the example image runs no agent; a test of the reference's contract sets it
     }
     if name:
         env["PI_WORKER_NAME"] = name

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from pi_dispatch.forgeapi.http import ForgeCallError
+from pi_dispatch.forgeapi.errors import ForgeCallError
 from pi_dispatch.infra.events import EventLog
 
 RETRY_WAITS_MS: Final = (5_000, 10_000, 20_000)

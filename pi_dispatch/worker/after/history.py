@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 from pi_dispatch.core.jscompat import DAY_MS, js_json, js_json_parse
 from pi_dispatch.core.names import record_stem
+from pi_dispatch.core.reasons import Reason
+from pi_dispatch.core.records import build_record
 from pi_dispatch.infra.clock import wall_ms
 from pi_dispatch.infra.durable import failure_name, write_atomically
 from pi_dispatch.infra.events import EventLog, discard
@@ -139,6 +141,22 @@ class Attempts(Protocol):
     async def unspill(self, host: str, stem: str) -> bool: ...
 
     async def spilled(self, host: str) -> dict[str, Mapping[str, Any]]: ...
+
+
+def attempt_record(
+    facts: Mapping[str, Any],
+    data: Mapping[str, Any],
+    result: Mapping[str, Any] | None,
+    error: Mapping[str, Any] | None,
+    log: EventLog,
+) -> dict[str, Any]:
+    """An attempt's record. Should the job's own fields break the builder, the attempt is recorded without them: a
+    record is never lost to the data it describes."""
+    try:
+        return build_record(data=data, result=result, error=error, **facts)
+    except Exception as failure:  # broad: a bug in the face of hostile data; the run still gets its record
+        log("run_record_degraded", {"jobId": facts["job_id"], "error": type(failure).__name__})
+        return build_record(data={}, result=None, error={"reason": Reason.INFRA}, **facts)
 
 
 class RunRecorder:

@@ -11,6 +11,7 @@ from typing import Any
 
 from pi_dispatch.core.capabilities import capability_tokens, job_needs
 from pi_dispatch.core.egressprofiles import EgressPlan, ProfilesDiffer
+from pi_dispatch.core.names import IMAGE_REFERENCE_RE
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.core.runtimes import RuntimeChoice
 from pi_dispatch.worker.gates.scripts import Refusal
@@ -66,3 +67,15 @@ class JobPlace:
             return network
         runtime = self.runtime(bound)
         return runtime if isinstance(runtime, Refusal) else (network, runtime)
+
+
+def job_image(host_image: str, allowed: tuple[str, ...], data: Mapping[str, Any]) -> str | Refusal | None:
+    """The job's image: its own when this host allows it (PI_ALLOWED_IMAGES), the host's when it names none; an
+    image the host does not allow is refused; None for one that is not an image reference at all."""
+    requested = data.get("image")
+    image = host_image if requested is None else requested
+    if not isinstance(image, str) or not IMAGE_REFERENCE_RE.fullmatch(image):
+        return None
+    if image != host_image and image not in allowed:
+        return Refusal(Reason.JOB_IMAGE_NOT_ALLOWED)
+    return image

@@ -45,6 +45,17 @@ class ContainerSpec:
     resolver: Path | None = None  # a file to be the job's /etc/resolv.conf (egress: one naming no resolver)
     runtime: str | None = None  # the OCI runtime (runsc: gVisor); the daemon's default when None
     stdin_key: str | None = field(default=None, repr=False)  # written on its stdin, then closed (`core/exitauth.py`)
+    mounts: Mapping[str, tuple[Path, str]] = field(default_factory=dict)  # beside /job: where -> (what, ro or rw)
+    shm_mb: int | None = None  # /dev/shm's size (None: the daemon's)
+    masked: tuple[str, ...] = field(default=(), repr=False)  # what its output may never show: secrets, its token
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """What a job's image says of itself: its labels (what it declares it can do), its user (empty: root)."""
+
+    labels: dict[str, str]
+    user: str
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,7 @@ def container_spec(
         resolver=way.resolver if way is not None else None,
         runtime=launch.runtime,
         stdin_key=launch.exit_key,
+        masked=tuple(launch.secrets.values()),
     )
 
 

@@ -28,7 +28,7 @@ from pi_dispatch.core.runusage import StdoutTail
 from pi_dispatch.infra.dockerclient import DockerUnreachable, docker_client
 from pi_dispatch.infra.events import EventLog, discard
 from pi_dispatch.infra.valkey import STORE_FAULTS
-from pi_dispatch.worker.prepare.jobspec import network_hardening
+from pi_dispatch.worker.prepare.jobspec import ImageFacts, network_hardening
 from pi_dispatch.worker.run.attachstream import following, hand_over
 from pi_dispatch.worker.run.outcomes import ContainerEnd, DockerUnavailable, ImageMissing
 
@@ -121,10 +121,14 @@ class ContainerRuntime:
         found = await self._image(image)
         return str(found.id) if found is not None else None
 
-    async def image_labels(self, image: str) -> dict[str, str] | None:
-        """The local image's labels (what it declares it can do); None when it is not here or Docker is down."""
+    async def image_facts(self, image: str) -> ImageFacts | None:
+        """The local image's labels and user, read once per job; None when it is not here or Docker is down."""
         found = await self._image(image)
-        return dict(found.labels or {}) if found is not None else None
+        if found is None:
+            return None
+        config = found.attrs.get("Config") if isinstance(found.attrs, dict) else None
+        user = config.get("User") if isinstance(config, dict) else None
+        return ImageFacts(dict(found.labels or {}), user if isinstance(user, str) else "")
 
     async def _image(self, image: str) -> Any:
         try:
@@ -221,8 +225,10 @@ class ContainerRuntime:
             **network_hardening(spec),
             volumes={
                 str(spec.job_dir): {"bind": "/job", "mode": "ro"},
+                **{str(source): {"bind": where, "mode": mode} for where, (source, mode) in spec.mounts.items()},
                 **({str(spec.resolver): {"bind": "/etc/resolv.conf", "mode": "ro"}} if spec.resolver else {}),
             },
+            **({"shm_size": f"{spec.shm_mb}m"} if spec.shm_mb else {}),
             # a key on stdin: the SDK asks for StdinOnce (stdin closed at the end of what we write) only in a
             # config that is not detached; the container is still started and followed as any other
             detach=spec.stdin_key is None,

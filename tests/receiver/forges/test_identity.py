@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from pi_dispatch.core.errors import ExitStatus
+from pi_dispatch.forgeapi.errors import ForgeCallError
 from pi_dispatch.forgeapi.github import GitHubAuth, GitHubTokens
-from pi_dispatch.forgeapi.http import Answer, ForgeCallError, ForgeClient, status_transient
+from pi_dispatch.forgeapi.http import Answer, ForgeClient, status_transient
 from pi_dispatch.infra.events import Recorder
 from pi_dispatch.receiver.forges.azure.access import AzureArm, AzureVerifier, azure_identity
 from pi_dispatch.receiver.forges.forgejo.access import ForgejoArm, forgejo_identity

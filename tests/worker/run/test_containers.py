@@ -244,7 +244,7 @@ async def test_while_the_worker_keeps_the_output_docker_keeps_no_copy(
 async def test_an_exit_auth_image_is_handed_its_key_on_stdin_and_signs_its_line_with_it(
     tmp_path: Path, job_image: str, runtime: ContainerRuntime, forge: int, verified: bool
 ) -> None:
-    assert image_capabilities(await runtime.image_labels(job_image)) >= {"exitAuth", "costCap"}
+    assert image_capabilities((await runtime.image_facts(job_image)).labels) >= {"exitAuth", "costCap"}
     key = new_exit_key()
     event = {"demoUsage": 1000, "demoCost": 250_000, "demoForge": forge}
     environment = {"PI_JOB_ID": "gh-1", "PI_EXIT_AUTH": "stdin", "PI_MAX_COST_MICROS": "500000"}

@@ -13,7 +13,8 @@ from typing import Final
 
 from pi_dispatch.core.jscompat import js_trim
 from pi_dispatch.forgeapi.common import forge_setting, root_url, secret_of, segment
-from pi_dispatch.forgeapi.http import Answer, ForgeCallError, ForgeClient, failure
+from pi_dispatch.forgeapi.errors import ForgeCallError
+from pi_dispatch.forgeapi.http import Answer, ForgeClient, failure
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.receiver.forges.authority import Authority, Undecided
 from pi_dispatch.receiver.forges.spec import Arming, Retried, Served

@@ -7,7 +7,8 @@ import functools
 from dataclasses import dataclass
 
 from pi_dispatch.forgeapi.common import forge_setting, id_of, root_url, secret_of, segment
-from pi_dispatch.forgeapi.http import ForgeCallError, ForgeClient
+from pi_dispatch.forgeapi.errors import ForgeCallError
+from pi_dispatch.forgeapi.http import ForgeClient
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.receiver.forges.authority import Authority, Undecided, permission_of, plain_name
 from pi_dispatch.receiver.forges.spec import Arming, Retried, Served

@@ -9,8 +9,9 @@ from dataclasses import replace
 
 from pi_dispatch.core.errors import Problem
 from pi_dispatch.forgeapi.common import forge_setting, id_of, secret_of, segment
+from pi_dispatch.forgeapi.errors import ForgeCallError
 from pi_dispatch.forgeapi.github import GitHubAuth, GitHubTokens, github_auth, github_headers
-from pi_dispatch.forgeapi.http import ForgeCallError, ForgeClient, failure
+from pi_dispatch.forgeapi.http import ForgeClient, failure
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.receiver.forges.authority import Authority, Undecided, permission_of, plain_name, repository_of
 from pi_dispatch.receiver.forges.spec import Arming, Retried, Served

@@ -20,7 +20,8 @@ from typing import Final, Literal, cast
 from pi_dispatch.core.errors import ConfigError, Problem
 from pi_dispatch.core.jscompat import is_integer, js_number
 from pi_dispatch.forgeapi.common import forge_setting, id_of, root_url, secret_of
-from pi_dispatch.forgeapi.http import ForgeCallError, ForgeClient
+from pi_dispatch.forgeapi.errors import ForgeCallError
+from pi_dispatch.forgeapi.http import ForgeClient
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.receiver.forges.authority import Authority, Undecided
 from pi_dispatch.receiver.forges.spec import Arming, Retried, Served
