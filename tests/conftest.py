@@ -154,6 +154,14 @@ def job_image(docker_client: Any) -> str:
 
 
 @pytest.fixture(scope="session")
+def probe_image(docker_client: Any) -> str:
+    """The probe job image (`testing/probeimage.py`), built locally once per session."""
+    from pi_dispatch.testing.probeimage import build_probe_image
+
+    return build_probe_image(docker_client)
+
+
+@pytest.fixture(scope="session")
 def squid_binary() -> str:
     """Debian's squid, the egress proxy; `./dev test` installs it."""
     found = shutil.which("squid") or shutil.which("squid", path="/usr/sbin")
@@ -213,7 +221,7 @@ def node_modules() -> Path:
 # A real service's fixtures, by the marker a test that uses them must carry.
 SERVICE_FIXTURES = {
     "redis": {"valkey_url", "client", "private_redis", "queue"},
-    "docker": {"docker_client", "job_image"},
+    "docker": {"docker_client", "job_image", "probe_image"},
     "node": {"seed_diff", "node_modules"},
     "squid": {"squid_binary"},
     "gvisor": {"gvisor"},

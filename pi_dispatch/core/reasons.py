@@ -35,7 +35,8 @@ class Reason(StrEnum):
     # this port's own: a target that would reach a check script as an option or with control characters
     JOB_TARGET_INVALID = "job-target-invalid"
     # the reference's runner policies, kept so a Node worker's records read back unchanged
-    WORKER_ABORT = "worker-abort"
+    WORKER_ABORT = "worker-abort"  # the worker ended the run (its time limit, a shutdown): what this port records too
+    OPERATOR_CANCEL = "operator-cancel"  # an operator cancelled it (`pi-dispatch cancel`, the console); never retried
     OVER_BUDGET = "over-budget"
     UNPROTECTED_BRANCH = "unprotected-branch"
     RUNNER_POLICY = "runner-policy"
@@ -90,7 +91,7 @@ class Reason(StrEnum):
     JOB_UNREADABLE = "job-unreadable"
     # this port's own: the job's stored data is gone (evicted by a store that evicts, or deleted): never run empty
     JOB_DATA_MISSING = "job-data-missing"
-    JOB_TIMEOUT = "job-timeout"
+    JOB_TIMEOUT = "job-timeout"  # an older Python host's word for worker-abort (its time limit), still read
     # this port's own: the kernel killed the job for passing its memory limit (PI_JOB_MEMORY_MB); never retried
     JOB_OOM_KILLED = "job-oom-killed"
     CONTAINER_FAILED = "container-failed"
@@ -100,7 +101,7 @@ class Reason(StrEnum):
     LOCK_LOST = "lock-lost"
     # this port's own: the job's workers died with it more often than MAX_STALLS (BullMQ failed it unrun)
     JOB_STALLED = "job-stalled"
-    # this port's own: an operator cancelled the job (`pi-dispatch cancel`); never retried
+    # an older Python host's word for operator-cancel, still read
     CANCELLED = "cancelled"
 
 

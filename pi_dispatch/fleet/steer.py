@@ -54,7 +54,7 @@ class Cancelled:
 
 
 def _cancelled(job: Located) -> bool:
-    return job.state == "failed" and (job.failed_reason or "").startswith(Reason.CANCELLED)
+    return job.state == "failed" and (job.failed_reason or "").startswith((Reason.OPERATOR_CANCEL, Reason.CANCELLED))
 
 
 async def queues_for(client: aioredis.Redis, job_id: str | None) -> list[str]:
@@ -85,7 +85,7 @@ async def cancel_job(
         if job.state in QUEUED:
             keys = [bull_key(job.queue, name) for name in ("wait", "delayed", "prioritized", "paused", "failed")]
             keys += [bull_key(job.queue, job_id), bull_key(job.queue, f"{job_id}:lock"), bull_key(job.queue, "events")]
-            args = [job_id, str(now()), str(Reason.CANCELLED), f"{BULL_PREFIX}:{job.queue}:"]
+            args = [job_id, str(now()), str(Reason.OPERATOR_CANCEL), f"{BULL_PREFIX}:{job.queue}:"]
             left = await bounded(script(keys=keys, args=args), OP_TIMEOUT_S)
             if isinstance(left, bytes | str):
                 await _record_cancel(client, job, now())
@@ -111,7 +111,7 @@ async def _record_cancel(client: aioredis.Redis, job: Located, now_ms: int) -> N
     record = build_record(
         data=data,
         result=None,
-        error={"reason": Reason.CANCELLED},
+        error={"reason": Reason.OPERATOR_CANCEL},
         job_id=job.job_id,
         job_name=job.name,
         attempts_made=job.attempts_made,

@@ -248,3 +248,6 @@ class GitHubJobs:
 
     def prompt(self, given: PromptInput) -> str:
         return github_prompt(given)
+
+    async def close(self) -> None:
+        await self.client.close()

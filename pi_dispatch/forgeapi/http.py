@@ -13,6 +13,7 @@ import json
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 import aiohttp
@@ -78,14 +79,18 @@ def failure(answer: Answer, what: str) -> ForgeCallError:
 class ForgeClient:
     """One pooled HTTP session for every forge call the receiver makes."""
 
-    def __init__(self, timeout_s: float = ATTEMPT_TIMEOUT_S) -> None:
+    def __init__(self, timeout_s: float = ATTEMPT_TIMEOUT_S, ca_file: Path | None = None) -> None:
         self.timeout_s = timeout_s
+        self.ca_file = ca_file  # SSL_CERT_FILE: a private CA (GitHub Enterprise Server), else the system's
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
+            trusted = ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file is not None else True
             self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s), headers={"user-agent": USER_AGENT}
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                headers={"user-agent": USER_AGENT},
+                connector=aiohttp.TCPConnector(ssl=trusted),
             )
         return self._session
 

@@ -9,7 +9,11 @@ from typing import Any, Protocol
 
 from pi_dispatch.core.errors import Problem
 from pi_dispatch.core.prompt import PromptInput
+from pi_dispatch.forgeapi.azure import AzureJobs
+from pi_dispatch.forgeapi.common import forge_setting, secret_of
+from pi_dispatch.forgeapi.forgejo import ForgejoJobs
 from pi_dispatch.forgeapi.github import GitHubJobs, github_auth
+from pi_dispatch.forgeapi.gitlab import GitLabJobs
 from pi_dispatch.forgeapi.http import ForgeClient
 from pi_dispatch.infra.events import EventLog
 
@@ -37,6 +41,8 @@ class JobForge(Protocol):
 
     def prompt(self, given: PromptInput) -> str: ...
 
+    async def close(self) -> None: ...
+
 
 def job_forges(settings: object, client: ForgeClient, log: EventLog) -> dict[str, JobForge]:
     """The forges this host can serve jobs for: GitHub's from its auth source (the gh CLI's login by default),
@@ -51,4 +57,15 @@ def job_forges(settings: object, client: ForgeClient, log: EventLog) -> dict[str
         log("github_auth_unavailable", {"kind": "github", "reason": "; ".join(p.subject for p in problems)})
     else:
         forges["github"] = GitHubJobs(auth, client)
+    others = (
+        ("gitlab", "GITLAB_URL", "GITLAB_TOKEN", GitLabJobs),
+        ("forgejo", "FORGEJO_URL", "FORGEJO_TOKEN", ForgejoJobs),
+        ("azure", "AZURE_ORG_URL", "AZURE_TOKEN", AzureJobs),
+    )
+    for kind, url_variable, token_variable, made in others:
+        url, token = forge_setting(settings, url_variable), secret_of(forge_setting(settings, token_variable))
+        if token.strip() and url:
+            forges[kind] = made(url, token.strip(), client)
+        elif token.strip():
+            log(f"{kind}_auth_unavailable", {"kind": kind, "reason": f"{url_variable} is not set"})
     return forges

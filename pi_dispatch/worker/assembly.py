@@ -134,7 +134,7 @@ def assemble(
         from pi_dispatch.forgeapi.http import ForgeClient
         from pi_dispatch.forgeapi.jobforge import job_forges
 
-        forges = job_forges(settings, ForgeClient(), log)
+        forges = job_forges(settings, ForgeClient(ca_file=settings.ssl_cert_file), log)
         preparer = Preparer(settings.jobs_dir, name, forges, log, settings.ssl_cert_file)
         contract = JobContract(settings, AgentGate(settings, log), preparer)
     attempts = Attempts(

@@ -388,7 +388,7 @@ class Attempts:
         return await self.outputs.start(job_id, masked, iso_string(self.now()))
 
     async def _unless_cancelled(self, job_id: str, *, ask_store: bool = False, exit_code: int | None = None) -> None:
-        """End the attempt as `cancelled` (never retried) once an operator has cancelled the job. At the start of
+        """End the attempt as `operator-cancel` (never retried) once an operator has cancelled the job. At the start of
         an attempt the store is asked too: a cancel made while the job was elsewhere, or before a restart."""
         if ask_store and job_id not in self.inflight.cancelled:
             with contextlib.suppress(*STORE_FAULTS):  # an unreachable store cancels nothing; the next beat asks again
@@ -396,4 +396,4 @@ class Attempts:
                     self.inflight.cancelled.add(job_id)
         if job_id in self.inflight.cancelled:
             self.log("job_cancelled", {"jobId": job_id})
-            raise JobFailure(Reason.CANCELLED, exit_code, retry=False)
+            raise JobFailure(Reason.OPERATOR_CANCEL, exit_code, retry=False)

@@ -285,6 +285,8 @@ class Worker:
                 await self.parts.primary.close()
         with contextlib.suppress(*STORE_FAULTS):
             await bounded(client.aclose(), 2)
+        if self.parts is not None:
+            await self.parts.attempts.given.close()  # its forges' client, under the reference's contract
         self.runtime.close()
         if fault is None:
             self.log("worker_stopped", {})

@@ -99,11 +99,11 @@ async def test_a_waiting_job_is_cancelled_where_it_stands_and_its_cancel_recorde
     done = await cancel_job(client, job_id, QUEUES, now=wall_ms, wait_s=5)
     assert (done.result, done.was) == ("cancelled", "queued")
     (job,) = await locate(client, job_id, QUEUES)
-    assert (job.state, job.failed_reason) == ("failed", "cancelled")
+    assert (job.state, job.failed_reason) == ("failed", "operator-cancel")
     assert job.data["target"]["number"] == 3  # its data stays, for a retry
     assert await client.lpos(bull_key("pi-jobs@mini1", "wait"), job_id) is None
     record = json.loads(await client.get(run_record_key(record_stem(job_id))))
-    assert (record["outcome"], record["reason"], record["host"]) == ("failed", "cancelled", "mini1")
+    assert (record["outcome"], record["reason"], record["host"]) == ("failed", "operator-cancel", "mini1")
     assert await client.llen(run_attempts_key(record_stem(job_id))) == 1
     assert await client.exists(cancel_key(record_stem(job_id)))
     again = await cancel_job(client, job_id, QUEUES, now=wall_ms, wait_s=5)

@@ -113,7 +113,7 @@ async def test_a_running_job_is_cancelled_from_another_process_and_a_retry_runs_
     assert cancelled.returncode == 0 and "container stopped" in cancelled.stdout, cancelled.stdout + cancelled.stderr
     assert time.monotonic() - began < 20
     job = await finished_job(queues["pi-jobs@mini2"], job_id)
-    assert job.failedReason.startswith("cancelled") and job.attemptsMade <= 1  # never retried
+    assert job.failedReason.startswith("operator-cancel") and job.attemptsMade <= 1  # never retried
     assert docker_client.containers.list(filters={"label": f"dev.pi-dispatch.job={job_id}"}) == []
     assert "nothing to cancel" in cli(fleet, "cancel", job_id).stderr
 
@@ -122,7 +122,7 @@ async def test_a_running_job_is_cancelled_from_another_process_and_a_retry_runs_
     assert cli(fleet, "retry", job_id).returncode == 1  # still on its way
     assert cli(fleet, "cancel", job_id).returncode == 0  # and cancelled again, wherever it was routed
     attempts = json.loads(cli(fleet, "runs", "--job", job_id, "--json").stdout)["runs"]
-    assert [run["reason"] for run in attempts][:1] == ["cancelled"] and len(attempts) >= 2
+    assert [run["reason"] for run in attempts][:1] == ["operator-cancel"] and len(attempts) >= 2
     assert cli(fleet, "job", "gh-no-such-job").returncode == 1
 
 

@@ -173,7 +173,7 @@ async def test_an_operator_cancels_a_running_job_and_its_container_goes_while_a_
             assert time.monotonic() < deadline, "its container is still there"
             await asyncio.sleep(0.2)
         job = await finished_job(queue, "gh-cancelled")
-    assert job.failedReason and "cancelled" in job.failedReason
+    assert job.failedReason and "operator-cancel" in job.failedReason
 
 
 async def test_an_operator_drains_the_host_a_job_routes_to_and_its_route_moves(

@@ -186,7 +186,7 @@ async def test_a_job_over_its_timeout_is_stopped_and_not_retried(
         await queues["pi-jobs"].add("github", forge_job(1, trigger={"demoSleep": 60}), {"jobId": "gh-t", **FAST_RETRY})
         job = await finished_job(queues["pi-jobs"], "gh-t")
     assert await queues["pi-jobs"].getJobState("gh-t") == "failed" and job.attemptsMade == 1
-    assert record_of(w.logs_dir, "gh-t")["reason"] == "job-timeout"
+    assert record_of(w.logs_dir, "gh-t")["reason"] == "worker-abort"
 
 
 @pytest.mark.docker

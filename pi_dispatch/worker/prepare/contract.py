@@ -49,9 +49,9 @@ class JobContract:
     gate: AgentGate | None = None  # reference only
     preparer: Preparer | None = None  # reference only
 
-    @property
-    def reference(self) -> bool:
-        return self.preparer is not None
+    async def close(self) -> None:
+        if self.preparer is not None:
+            await self.preparer.close()
 
     def admit(self, job_id: str, data: Mapping[str, Any], facts: ImageFacts | None) -> Admitted | Refusal:
         """The free gates on the image's facts (`ImageFacts`, None when it is not here: the start will say)."""
@@ -103,6 +103,6 @@ class JobContract:
             mounts["/outbox"] = (prepared.outbox, "rw")
         if self.settings.global_pi_dir is not None:
             mounts["/opt/pi-global"] = (self.settings.global_pi_dir, "ro")
-        user = plan.user.user or self.settings.job_user
+        user = prepared.user or plan.user.user or self.settings.job_user
         masked = (*base.masked, *plan.provider_keys.values(), *([prepared.token] if prepared.token else []))
         return replace(base, environment=environment, user=user, mounts=mounts, shm_mb=SHM_MB, masked=masked)

@@ -46,6 +46,12 @@ GIT_TIMEOUT_S: Final = 600.0
 OUTPUT_CAP: Final = 16 * 1024 * 1024
 
 
+def read_flags(repository: Path) -> tuple[str, ...]:
+    """The read prefix for one repository. An operator's folder owned by another user than the worker is read all
+    the same (`safe.directory` for it alone): with hooks and fsmonitor off, reading it runs nothing of it."""
+    return (*READ_FLAGS, "-c", f"safe.directory={repository}", "-C", str(repository))
+
+
 class GitFailed(Exception):
     """A git command that failed; its message is git's own stderr (never a token: none is on its command line)."""
 
@@ -126,7 +132,7 @@ async def materialise_pi(repository: Path, sha: str, job_dir: Path) -> Reason | 
     """`.pi/`'s persona and skills at sha, written 0444 under job_dir/pi; a cap's reason (nothing written) else.
     Returns how many files were written."""
     env = git_environment()
-    read = (*READ_FLAGS, "-C", str(repository))
+    read = read_flags(repository)
     listing = await git(("ls-tree", "-r", "-l", "-z", sha, ".pi/"), cwd=repository, env=env, flags=read)
     if len(listing) > LISTING_BYTES:
         return Reason.PI_TOO_MANY_FILES
@@ -155,7 +161,7 @@ async def head_commit(folder: Path) -> str | Reason:
     """A local folder's HEAD commit; `local-folder-no-commit` for a repository with none yet, or
     `local-folder-unreadable-repo` for one git cannot read."""
     env = git_environment()
-    read = (*READ_FLAGS, "-C", str(folder))
+    read = read_flags(folder)
     try:
         out = await git(("rev-parse", "--verify", "--quiet", "HEAD^{commit}"), cwd=folder, env=env, flags=read)
         return out.decode().strip()

@@ -56,6 +56,7 @@ class Prepared:
     token_kind: str | None = None
     instance_url: str | None = None
     sha: str | None = None
+    user: str | None = None  # a root worker's local job runs as its folder's owner (`uid:gid`)
 
     def remove(self) -> None:
         shutil.rmtree(self.job_dir, ignore_errors=True)
@@ -97,6 +98,10 @@ class Preparer:
     forges: Mapping[str, JobForge]
     log: EventLog
     ca_file: Path | None = None
+
+    async def close(self) -> None:
+        for forge in self.forges.values():
+            await forge.close()
 
     async def prepare(self, job_id: str, data: Mapping[str, Any], user: JobUser) -> Prepared | Refusal:
         """The job's folders and token, or its refusal. Raises InfraRetry when a forge or git did not answer."""
@@ -192,8 +197,15 @@ class Preparer:
             raise InfraRetry(Reason.INFRA) from None
         if isinstance(sha, Reason):
             return Refusal(sha)
+        owner = user.owner
+        if owner is not None:  # a root worker: the job runs as whoever owns the folder, never as root
+            facts = folder.stat()
+            if facts.st_uid == 0:
+                return Refusal(Reason.JOB_USER_UNMAPPABLE)
+            owner = (facts.st_uid, facts.st_gid)
         job_dir = await asyncio.to_thread(new_job_dir, self.jobs_dir, self.worker, job_id)
         prepared = Prepared(job_dir, folder, job_dir / "outbox", token, kind, None, sha)
+        prepared.user = f"{owner[0]}:{owner[1]}" if owner is not None else None
         try:
             (job_dir / "outbox").mkdir()
             if isinstance(written := await materialise_pi(folder, sha, job_dir), Reason):
@@ -207,7 +219,7 @@ class Preparer:
             )
             event = event_text(local_event(data, folder.name, sha))
             await asyncio.to_thread(self._write_job_files, job_dir, prompt, event)
-            await asyncio.to_thread(_hand_over, [job_dir], user.owner)
+            await asyncio.to_thread(_hand_over, [job_dir], owner)
         except GitFailed:
             prepared.remove()
             raise InfraRetry(Reason.INFRA) from None

@@ -46,7 +46,7 @@ def container_result(end: ContainerEnd) -> dict[str, object]:
     if end.aborted:
         raise PutBack
     if end.timed_out:
-        raise JobFailure(Reason.JOB_TIMEOUT, end.exit_code, retry=False)
+        raise JobFailure(Reason.WORKER_ABORT, end.exit_code, retry=False)
     if end.exit_code == ExitCode.OK:
         return job_result(Outcome.COMPLETED, None, ExitCode.OK)
     if end.exit_code == ExitCode.POLICY:
