@@ -11,7 +11,7 @@ from pydantic import PrivateAttr
 
 from pi_dispatch.config.declaration import DeclaredSettings, setting
 from pi_dispatch.config.handover import Secret
-from pi_dispatch.config.kinds import HostFile, JobContract, ModelId, ProviderId, Whole
+from pi_dispatch.config.kinds import HostFile, JobContract, ModelId, ProviderId, Whole, WholeMs
 
 
 class AgentSettings(DeclaredSettings):
@@ -59,6 +59,21 @@ class AgentSettings(DeclaredSettings):
         "A CA bundle the worker trusts for its forge calls and clones (a GitHub Enterprise Server or a forge behind a "
         "private CA). Empty: the system's.",
         "an absolute path to a PEM bundle such as /etc/pi-dispatch/forge-ca.pem, or empty",
+    )
+    on_failure: HostFile = setting(
+        "PI_ON_FAILURE",
+        None,
+        "A command run when a job finally fails or its runner stops it: `<command> <jobId> <outcome> <reason> <host>`, "
+        "no shell, the worker's environment (the reference's failure hook). Empty: none.",
+        "an absolute path to an executable, or empty",
+    )
+    on_failure_timeout_ms: WholeMs = setting(
+        "PI_ON_FAILURE_TIMEOUT_MS",
+        10_000,
+        "How long the failure hook may run before SIGTERM (SIGKILL 2 s later).",
+        "a whole number of milliseconds from 100 to 600000",
+        ge=100,
+        le=600_000,
     )
     _credentials: dict[str, Secret] = PrivateAttr(default_factory=dict)
 

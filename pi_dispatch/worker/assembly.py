@@ -20,6 +20,7 @@ from pi_dispatch.fleet.storereset import EpochWatch
 from pi_dispatch.infra.clock import host_zone
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.store import StoreAddress
+from pi_dispatch.worker.after.aftermath import Aftermath, FailureHook
 from pi_dispatch.worker.after.history import RunRecorder
 from pi_dispatch.worker.after.oneshot import OneShots
 from pi_dispatch.worker.attempts import Attempts
@@ -129,14 +130,21 @@ def assemble(
 
         primary = PrimaryCheck(store)
     limits = Limits(settings, client, now, log, *(limit_files or read_limit_files(settings)))
-    contract = JobContract(settings)
+    contract, comments = JobContract(settings), None
+    hook = None
+    if settings.on_failure is not None:
+        hook = FailureHook(settings.on_failure, settings.on_failure_timeout_ms / 1000, name, log)
     if settings.job_contract == REFERENCE_CONTRACT:  # its forges' clients loaded for the reference's contract only
         from pi_dispatch.forgeapi.http import ForgeClient
         from pi_dispatch.forgeapi.jobforge import job_forges
 
         forges = job_forges(settings, ForgeClient(ca_file=settings.ssl_cert_file), log)
+        from pi_dispatch.worker.after.forgecomments import ForgeComments
+
         preparer = Preparer(settings.jobs_dir, name, forges, log, settings.ssl_cert_file)
+        words = {"image": settings.job_image, "provider": settings.provider}
         contract = JobContract(settings, AgentGate(settings, log), preparer)
+        comments = ForgeComments(forges, log, words)
     attempts = Attempts(
         settings,
         runtime,
@@ -156,6 +164,7 @@ def assemble(
         runtimes=choice,
         denials=denials,
         contract=contract,
+        aftermath=Aftermath(comments, hook),
     )
     rehomer = Rehomer(
         client,

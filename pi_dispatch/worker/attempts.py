@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 
 from pi_dispatch.core.capabilities import job_needs
 from pi_dispatch.core.egress import PROXY_VARIABLES
-from pi_dispatch.core.egressprofiles import OFFLINE_NETWORK, EgressPlan
+from pi_dispatch.core.egressprofiles import EgressPlan
 from pi_dispatch.core.exitauth import VERIFIED
 from pi_dispatch.core.jobbounds import job_refusal
 from pi_dispatch.core.jobs import CONTAINER_VARIABLES, QueuedJob
@@ -34,6 +34,7 @@ from pi_dispatch.core.runusage import RunUsage
 from pi_dispatch.fleet.control import cancelled_of
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.infra.valkey import STORE_FAULTS
+from pi_dispatch.worker.after.aftermath import Aftermath
 from pi_dispatch.worker.after.history import RunRecorder, attempt_record
 from pi_dispatch.worker.after.oneshot import OneShots
 from pi_dispatch.worker.gates.jobplace import JobPlace, job_image
@@ -97,6 +98,8 @@ class Attempts:
     denials: DenialWatch | None = None  # with egress on: the proxy's refusals, attached to the attempts refused
     refused: dict[str, Refusals] = field(default_factory=dict)  # job id -> its attempt's refusals, until recorded
     contract: JobContract | None = None  # what its containers are given (None: PI_JOB_CONTRACT=event's)
+    aftermath: Aftermath = field(default_factory=Aftermath)  # its forge's comment, PI_ON_FAILURE (`aftermath.py`)
+    words: dict[str, Mapping[str, str]] = field(default_factory=dict)  # job id -> what its refusal's comment names
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -135,25 +138,21 @@ class Attempts:
         except JobFailure as failure:
             failed = {"reason": failure.reason, "exitCode": failure.exit_code, **failure.telemetry}
             self.record(job, data, started, None, failed)
-            self.log(
-                "job_failed", {"jobId": str(job.id), "queue": queue, "reason": failure.reason, "retry": failure.retry}
-            )
+            self.log("job_failed", {"jobId": job_id, "queue": queue, "reason": failure.reason, "retry": failure.retry})
             if failure.retry:
                 raise
             raise UnrecoverableError(str(failure)) from None
         except Exception as error:  # broad: the processor's edge; one job's bug never takes the worker down
             reason = error.reason if isinstance(error, InfraRetry) else Reason.INFRA
             self.record(job, data, started, None, {"reason": reason})
-            self.log(
-                "job_failed", {"jobId": str(job.id), "queue": queue, "reason": reason, "error": type(error).__name__}
-            )
+            self.log("job_failed", {"jobId": job_id, "queue": queue, "reason": reason, "error": type(error).__name__})
             raise JobFailure(reason, retry=True) from None
         finally:
             self.inflight.started.discard(job_id)
             self.inflight.cancelled.discard(job_id)
         self.record(job, data, started, result, None)
-        ended = {"outcome": result["outcome"], "reason": result["reason"]}
-        self.log("job_done", {"jobId": str(job.id), "queue": queue, **ended})
+        self.aftermath.ended(job_id, data, result, self.words.pop(job_id, {}))  # its comment, its failure hook
+        self.log("job_done", {"jobId": job_id, "queue": queue} | {key: result[key] for key in ("outcome", "reason")})
         return result
 
     def failed_unread(self, job: Any, reason: Reason) -> None:
@@ -168,6 +167,8 @@ class Attempts:
             self.record(job, data, self.now(), None, {"reason": Reason.JOB_STALLED})
             fields = {"jobId": str(job.id), "queue": queue_of(job), "reason": Reason.JOB_STALLED}
             self.log("job_failed", {**fields, "attempt": attempts_made(job)})
+        if getattr(job, "finishedOn", None):  # BullMQ's final word on it
+            self.aftermath.failed(str(job.id), job.data, str(getattr(job, "failedReason", "") or ""))
 
     def record(self, job: QueuedJob, data: Mapping[str, Any], started: int, result: Ended, error: Ended) -> None:
         """Record the attempt. Should the job's own fields break the record builder, the attempt is recorded
@@ -266,16 +267,13 @@ class Attempts:
 
     async def _egress_way(self, network: str | None) -> EgressWay | None:
         """With egress on, the job's way out on its network (none: the host's fault, the job goes back unspent)."""
-        if self.egress is None or network is None or network == OFFLINE_NETWORK:
-            return None
-        from pi_dispatch.worker.gates.egressgate import EgressDown  # loaded with egress on only
-
-        try:
-            return await self.egress.way(network)
-        except EgressDown as down:
-            self._host_fault(str(down))
+        way = await self.egress.way_or_fault(network) if self.egress is not None else None
+        if isinstance(way, str):
+            self._host_fault(way)
+        return way
 
     def _refused(self, job: QueuedJob, refusal: Refusal) -> dict[str, object]:
+        self.words[str(job.id)] = refusal.words
         fields: dict[str, object] = {"jobId": str(job.id), "reason": refusal.reason}
         if refusal.profile is not None:
             fields["profile"] = refusal.profile
@@ -291,9 +289,7 @@ class Attempts:
         """Whether this host would refuse the job before spending anything: what a steal never takes."""
         if not isinstance(data, Mapping) or job_refusal(data) or self.secrets.refusal(data):
             return True
-        if isinstance(self.place.decide(data), Refusal):
-            return True
-        if not self.capabilities.issuperset(job_needs(data)):
+        if isinstance(self.place.decide(data), Refusal) or not self.capabilities.issuperset(job_needs(data)):
             return True
         try:
             return isinstance(self._image(data), Refusal)

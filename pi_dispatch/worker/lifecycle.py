@@ -285,8 +285,9 @@ class Worker:
                 await self.parts.primary.close()
         with contextlib.suppress(*STORE_FAULTS):
             await bounded(client.aclose(), 2)
-        if self.parts is not None:
-            await self.parts.attempts.given.close()  # its forges' client, under the reference's contract
+        if self.parts is not None:  # what it still posts to its forges and its hook runs, then the forges' client
+            await self.parts.attempts.aftermath.close()
+            await self.parts.attempts.given.close()
         self.runtime.close()
         if fault is None:
             self.log("worker_stopped", {})

@@ -75,7 +75,8 @@ class AgentGate:
             self.log(
                 "job_image_refused", {"jobId": job_id, "reason": refused.reason, "declares": list(refused.declared)}
             )
-            return Refusal(refused.reason)
+            declared = ", ".join(refused.declared)
+            return Refusal(refused.reason, words={"declared": declared, "forges": declared})
         capabilities = frozenset(item.strip() for item in labels.get("dev.pi-dispatch.capabilities", "").split(","))
         user = job_user(self.euid, self.egid, capabilities, image_user, self.docker_group)
         if isinstance(user, Reason):

@@ -24,6 +24,7 @@ import docker.errors
 import requests.exceptions
 
 from pi_dispatch.core.egress import PROXY_PORT, proxy_environment
+from pi_dispatch.core.egressprofiles import OFFLINE_NETWORK
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.worker.gates.jobnetwork import NO_RESOLVER, network_gateway
 
@@ -68,6 +69,16 @@ class EgressGate:
         if not self.resolver.is_file():
             await asyncio.to_thread(_write_resolver, self.resolver)
         return EgressWay(network, gateway, self.resolver, self.port)
+
+    async def way_or_fault(self, network: str | None) -> EgressWay | str | None:
+        """A job's way out on its network; None for a job cut off (`none`, or no network); what is missing when
+        the proxy is not there (the host's fault: the job goes back unspent)."""
+        if network is None or network == OFFLINE_NETWORK:
+            return None
+        try:
+            return await self.way(network)
+        except EgressDown as down:
+            return str(down)
 
     async def fault(self) -> str | None:
         """What keeps this host's jobs from going out on any of its networks, or None (it changes nothing)."""

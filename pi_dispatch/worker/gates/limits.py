@@ -283,7 +283,7 @@ class Limits:
         cap = self.settings.daily_token_cap
         if cap is not None and (spent := await tokens_spent(self.client, self.now())) >= cap:
             self.log("over_token_budget", {"jobId": job_id, "spent": spent, "cap": cap})
-            return Refusal(Reason.DAILY_TOKEN_CAP)
+            return Refusal(Reason.DAILY_TOKEN_CAP, words={"spent": str(spent), "cap": str(cap)})
         holds = self.spend.plan(job_id, data, scoped, capabilities)
         if isinstance(holds, Refusal):
             return holds
@@ -310,14 +310,16 @@ class Limits:
             "reserved": verdict.reserved,
             "cap": verdict.cap,
         }
+        words = {"window": str(verdict.window), "reserved": str(verdict.reserved), "cap": str(verdict.cap)}
         if ledger.scope is not None:
             self.log("over_scope_budget", {**fields, "scopeKey": ledger.prefix, "kind": _kind(data)})
-            return SpendRefusal(Reason.SCOPE_CAP, held=False)
+            scope = str(data.get("repo")) if _kind(data) != "local" else "this folder"
+            return SpendRefusal(Reason.SCOPE_CAP, words=words | {"scope": scope}, held=False)
         if verdict.state is WindowState.SOFT_HOLD:
             self.log("soft_hold", {**fields, "pct": self.settings.soft_hold_pct})
-            return SpendRefusal(Reason.SOFT_HOLD, held=True)
+            return SpendRefusal(Reason.SOFT_HOLD, words=words | {"pct": str(self.settings.soft_hold_pct)}, held=True)
         self.log("over_budget", fields)
-        return SpendRefusal(Reason.OVER_BUDGET, held=True)
+        return SpendRefusal(Reason.OVER_BUDGET, words=words, held=True)
 
     async def unspent(self, holds: Reservation) -> None:
         """No container started: the start is given back to every window it was counted in, the dollars too."""

@@ -17,7 +17,7 @@ import re
 import signal
 import stat
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -71,6 +71,7 @@ class Refusal:
 
     reason: Reason
     profile: str | None = None
+    words: Mapping[str, str] = field(default_factory=dict)  # what the forge's comment names (a window, a cap)
 
     def result(self) -> dict[str, object]:
         return job_result(Outcome.POLICY, self.reason)

@@ -94,6 +94,7 @@ async def test_a_github_job_gets_the_reference_contract(
     assert fetches and {token for _, _, token in fetches if token} == {tokens[0]}  # git saw the job's token only
     kept = (w.logs_dir / "gh-7.json").read_text() + output
     assert tokens[0] not in kept and PROVIDER_KEY not in kept  # never in the record or the kept output
+    assert forge.comments == []  # a completed run: the agent posts its own status
 
 
 @pytest.mark.docker
@@ -130,7 +131,15 @@ async def test_refusals_before_any_clone_or_money(
         "/api/v3/repos/acme/app/branches/main/protection",
         "/api/v3/repos/acme/gone/branches/main/protection",
     ]  # the image and provider gates refused before any token or forge call
-    assert len(forge.mints) == 2
+    assert {number: text for _, number, text in forge.comments} == {  # one each; sha-gone, a preparation's, none
+        1: "Refused: the default branch is not protected. See SECURITY.md.",
+        3: 'Refused: the job image "pi-dispatch-probe-job:latest" does not declare replica support '
+        "(`dev.pi-dispatch.capabilities` declares: anyUid), so its baked guardrails would name the wrong branch. "
+        "Rebuild the image from a version that has this feature. Not run.",
+        4: 'Refused: this deployment has no usable credential for the "openai" provider, so no container was '
+        "started and nothing was spent. Ask the operator to run `pi-dispatch doctor`. Not run.",
+    }
+    assert len(forge.comments) == 3
     assert not list(w.logs_dir.glob("*.log"))  # no container ran
     assert not await client.keys("*budget*")  # nothing counted in the job windows
     assert record_of(w.logs_dir, "gh-2")["reason"] == "sha-gone"
