@@ -9,10 +9,21 @@ RUN = AgentRun("anthropic", "claude-x", 30, "gh-7", 1, "github", "mini1")
 
 def test_a_github_jobs_environment() -> None:
     env = JobEnvironment(RUN, {"ANTHROPIC_API_KEY": "sk"}, token="ghs_scoped", token_kind="github").build()
-    reference = {
-        "ANTHROPIC_API_KEY", "GH_TOKEN", "GITHUB_TOKEN", "PI_JOB_ID", "PI_MAX_TURNS", "PI_MODEL", "PI_OFFLINE",
-        "PI_PROVIDER", "PLAYWRIGHT_BROWSERS_PATH", "PLAYWRIGHT_MCP_BROWSER", "PLAYWRIGHT_MCP_SANDBOX",
-    }  # fmt: skip
+    reference = set(
+        [
+            "ANTHROPIC_API_KEY",
+            "GH_TOKEN",
+            "GITHUB_TOKEN",
+            "PI_JOB_ID",
+            "PI_MAX_TURNS",
+            "PI_MODEL",
+            "PI_OFFLINE",
+            "PI_PROVIDER",
+            "PLAYWRIGHT_BROWSERS_PATH",
+            "PLAYWRIGHT_MCP_BROWSER",
+            "PLAYWRIGHT_MCP_SANDBOX",
+        ]
+    )
     assert set(env) - {"PI_JOB_ATTEMPT", "PI_JOB_KIND", "PI_HOST"} == reference
     assert env["PI_JOB_ID"] == "pi-job-gh-7" and env["GITHUB_TOKEN"] == env["GH_TOKEN"] == "ghs_scoped"
     assert list(env)[:3] == ["PI_PROVIDER", "PI_MODEL", "PI_MAX_TURNS"] and list(env)[-1] == "GH_TOKEN"
@@ -20,10 +31,9 @@ def test_a_github_jobs_environment() -> None:
 
 def test_nothing_a_job_brings_overrides_what_the_worker_writes() -> None:
     secrets = {"GH_TOKEN": "operator-token", "PI_MAX_COST_MICROS": "9", "HOME": "/x", "DEPLOY": "d"}
-    env = JobEnvironment(
-        RUN, {"ANTHROPIC_API_KEY": "sk"}, secrets=secrets, home="/home/pi", spend={"PI_MAX_COST_MICROS": "0"},
-        token="ghs_minted", token_kind="github",
-    ).build()  # fmt: skip
+    keys, spend = {"ANTHROPIC_API_KEY": "sk"}, {"PI_MAX_COST_MICROS": "0"}
+    given = JobEnvironment(RUN, keys, secrets=secrets, home="/home/pi", spend=spend, token="ghs_minted")
+    env = JobEnvironment(**{**given.__dict__, "token_kind": "github"}).build()
     assert env["GH_TOKEN"] == "ghs_minted" and env["PI_MAX_COST_MICROS"] == "0" and env["HOME"] == "/home/pi"
     assert env["DEPLOY"] == "d"
     no_cap = JobEnvironment(RUN, {}, secrets={"PI_MAX_COST_MICROS": "9"}).build()
