@@ -9,21 +9,19 @@ RUN = AgentRun("anthropic", "claude-x", 30, "gh-7", 1, "github", "mini1")
 
 def test_a_github_jobs_environment() -> None:
     env = JobEnvironment(RUN, {"ANTHROPIC_API_KEY": "sk"}, token="ghs_scoped", token_kind="github").build()
-    reference = set(
-        [
-            "ANTHROPIC_API_KEY",
-            "GH_TOKEN",
-            "GITHUB_TOKEN",
-            "PI_JOB_ID",
-            "PI_MAX_TURNS",
-            "PI_MODEL",
-            "PI_OFFLINE",
-            "PI_PROVIDER",
-            "PLAYWRIGHT_BROWSERS_PATH",
-            "PLAYWRIGHT_MCP_BROWSER",
-            "PLAYWRIGHT_MCP_SANDBOX",
-        ]
-    )
+    reference = {
+        "ANTHROPIC_API_KEY",
+        "GH_TOKEN",
+        "GITHUB_TOKEN",
+        "PI_JOB_ID",
+        "PI_MAX_TURNS",
+        "PI_MODEL",
+        "PI_OFFLINE",
+        "PI_PROVIDER",
+        "PLAYWRIGHT_BROWSERS_PATH",
+        "PLAYWRIGHT_MCP_BROWSER",
+        "PLAYWRIGHT_MCP_SANDBOX",
+    }
     assert set(env) - {"PI_JOB_ATTEMPT", "PI_JOB_KIND", "PI_HOST"} == reference
     assert env["PI_JOB_ID"] == "pi-job-gh-7" and env["GITHUB_TOKEN"] == env["GH_TOKEN"] == "ghs_scoped"
     assert list(env)[:3] == ["PI_PROVIDER", "PI_MODEL", "PI_MAX_TURNS"] and list(env)[-1] == "GH_TOKEN"
