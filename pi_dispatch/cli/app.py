@@ -21,6 +21,7 @@ from pi_dispatch.cli.demo import demo
 from pi_dispatch.cli.fleet import hosts, runs, top
 from pi_dispatch.cli.job import job, logs
 from pi_dispatch.cli.jobs import enqueue, route
+from pi_dispatch.cli.jobs import run as run_local
 from pi_dispatch.cli.limits import limits
 from pi_dispatch.cli.receiver import init, receiver_app
 from pi_dispatch.cli.rollout import rollout_app
@@ -71,6 +72,7 @@ app.command("top")(top)
 app.add_typer(config_app, name="config")
 app.command()(route)
 app.command()(enqueue)
+app.command(name="run")(run_local)
 app.command()(hosts)
 app.command()(limits)
 app.command()(runs)
@@ -115,6 +117,7 @@ EXAMPLES: Final = {
     ("config", "schema"): "pi-dispatch config schema --write schemas/",
     ("route",): "pi-dispatch route --job job.json --json",
     ("enqueue",): "pi-dispatch enqueue --job job.json --if-absent",
+    ("run",): "pi-dispatch run /srv/app --task 'tidy the imports' --host mini1",
     ("hosts",): "pi-dispatch hosts --json | jq '.[] | {name, slotsFree}'",
     ("limits",): "pi-dispatch limits --env-file /etc/pi-dispatch/worker.env",
     ("runs",): "pi-dispatch runs --host mini1 --outcome failed",

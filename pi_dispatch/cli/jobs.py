@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -12,9 +13,12 @@ from rich.markup import escape
 from pi_dispatch.cli.common import JsonOption, ValkeyUrlOption, console, errors, print_json
 from pi_dispatch.core.errors import ConfigError, ExitStatus, Problem
 from pi_dispatch.core.forges import FORGES
+from pi_dispatch.core.jobs import LOCAL_KIND
 from pi_dispatch.fleet.registry import Unreachable
 
 KIND_HELP: Final = f"The forge: {', '.join(list(FORGES)[:-1])} or {list(FORGES)[-1]}."
+HOST_FIX: Final = "name the worker host whose folder it is with --host (or set PI_WORKER_NAME)"
+HostOption = Annotated[str | None, typer.Option("--host", help="A local job's host (default: PI_WORKER_NAME).")]
 
 
 def read_job_file(path: Path) -> dict[str, object]:
@@ -105,7 +109,8 @@ def enqueue(
     job: Annotated[
         Path, typer.Option("--job", help="A file holding the job's data as JSON (what the receiver would enqueue).")
     ],
-    kind: Annotated[str, typer.Option("--kind", help=KIND_HELP)] = "github",
+    kind: Annotated[str, typer.Option("--kind", help=KIND_HELP + " local: a job on a host's own folder.")] = "github",
+    host: HostOption = None,
     if_absent: Annotated[
         bool, typer.Option("--if-absent", help="A job id that exists already is not an error (exit 0).")
     ] = False,
@@ -114,10 +119,13 @@ def enqueue(
 ) -> None:
     """Route a forge job and add it to its queue with the reference's options; say where it went and why. A job
     id that exists already is not added (exit 1; 0 with --if-absent), nor a duplicate within the dedup window."""
-    from pi_dispatch.cli.reads import enqueue_job, store_address
+    from pi_dispatch.cli.reads import enqueue_job, enqueue_local, store_address
 
     data = read_job_file(job)
-    done = enqueue_job(store_address(url), kind, data)
+    if kind == LOCAL_KIND or data.get("kind") == LOCAL_KIND:
+        done = enqueue_local(store_address(url), local_host(host), local_job(data))
+    else:
+        done = enqueue_job(store_address(url), kind, data)
     if as_json:
         print_json(done.as_json())
     elif done.result == "added":
@@ -127,4 +135,51 @@ def enqueue(
     else:
         console.print(escape(f"not added: job {done.job_id} exists already on {done.queue} ({done.state})"))
     if done.result == "exists" and not if_absent:
+        raise typer.Exit(ExitStatus.FAILURE)
+
+
+def local_host(host: str | None) -> str:
+    """The host a local job runs on: --host, else this machine's declared worker name."""
+    named = host or os.environ.get("PI_WORKER_NAME", "")
+    if not named:
+        raise ConfigError([Problem("--host", "is required for a local job", "the command line", HOST_FIX)])
+    return named
+
+
+def local_job(data: dict[str, object]) -> dict[str, object]:
+    """A local job's data, its folder resolved (the folder is the host's): refused when it is not a folder here."""
+    folder = data.get("folder")
+    if not isinstance(folder, str) or not Path(folder).is_absolute() or not Path(folder).is_dir():
+        fix = "an absolute path to a git repository on this host"
+        raise ConfigError([Problem("folder", "is not a folder on this host", "the job", fix)])
+    task, flow, command = data.get("task"), data.get("flow"), data.get("command")
+    if not any(isinstance(value, str) and value for value in (task, flow, command)):
+        raise ConfigError([Problem("task", "is missing", "the job", "give the job a task, a flow or a command")])
+    return {**data, "kind": LOCAL_KIND, "folder": str(Path(folder).resolve())}
+
+
+def run(
+    folder: Annotated[Path, typer.Argument(help="The host's folder the agent works in (a git repository).")],
+    task: Annotated[str | None, typer.Option("--task", help="What the agent is asked to do.")] = None,
+    flow: Annotated[str | None, typer.Option("--flow", help="The skill it follows (in the folder's .pi/).")] = None,
+    host: HostOption = None,
+    url: ValkeyUrlOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Enqueue a local job on a host's folder, as the reference's `run` does: the folder itself is the job's
+    workspace, edited in place; the job goes to that host's queue."""
+    from pi_dispatch.cli.reads import enqueue_local, store_address
+
+    if task is None and flow is None:
+        raise ConfigError([Problem("--task", "or --flow is required", "the command line", "say what to do")])
+    data: dict[str, object] = {"kind": LOCAL_KIND, "folder": str(folder.absolute()), "task": task or ""}
+    if flow is not None:
+        data["flow"] = flow
+    done = enqueue_local(store_address(url), local_host(host), local_job(data))
+    if as_json:
+        print_json(done.as_json())
+    elif done.result == "added":
+        console.print(f"enqueued {escape(done.job_id)} on [bold]{escape(done.queue)}[/bold]: {escape(done.why)}")
+    else:
+        console.print(escape(f"not added: job {done.job_id} exists already on {done.queue} ({done.state})"))
         raise typer.Exit(ExitStatus.FAILURE)

@@ -118,6 +118,34 @@ def enqueue_job(store: StoreAddress, kind: str, data: dict[str, Any]) -> Enqueue
         raise PiDispatchError(f"the job was not enqueued: Valkey said {describe(error)}") from error
 
 
+def enqueue_local(store: StoreAddress, host: str, data: dict[str, Any]) -> Enqueue:
+    """Add one local job to its host's queue, under the reference's id for it, unless that id is queued already."""
+    from datetime import UTC, datetime
+
+    from pi_dispatch.core.jobs import local_job_id
+    from pi_dispatch.core.keys import host_queue_name
+    from pi_dispatch.fleet.enqueue import Enqueuer, store_router
+    from pi_dispatch.fleet.locate import locate
+
+    queue = host_queue_name(host)
+    job_id = local_job_id(data, datetime.now(UTC).isoformat())
+
+    async def run(client: Any) -> Enqueue:
+        if found := await locate(client, job_id, [queue]):
+            return Enqueue("exists", queue, job_id, f"already {found[0].state} there", state=found[0].state)
+        enqueuer = Enqueuer(store, store_router(client))
+        try:
+            kept = await enqueuer.enqueue_local_job(queue, data, job_id)
+        finally:
+            await enqueuer.close()
+        return Enqueue("added", queue, kept, f"a local job runs on the host whose folder it is ({host})")
+
+    try:
+        return asyncio.run(with_client(store, run))  # type: ignore[no-any-return]
+    except (RedisError, OSError, TimeoutError) as error:
+        raise PiDispatchError(f"the job was not enqueued: Valkey said {describe(error)}") from error
+
+
 def merged_runs(logs_dir: Path, store: StoreAddress, limit: int, host: str | None) -> tuple[list[Any], str, int]:
     """This host's record files merged with the fleet mirror, how far to trust the mirror, and how many records
     were skipped as unreadable."""

@@ -13,7 +13,7 @@ from typing import Any, Final, Protocol
 from pi_dispatch.core.errors import PiDispatchError
 from pi_dispatch.core.exitauth import EXIT_AUTH_VARIABLE
 from pi_dispatch.core.forges import FORGES
-from pi_dispatch.core.jscompat import get, js_string, nullish
+from pi_dispatch.core.jscompat import get, js_json, js_string, nullish
 
 FORGE_PREFIX: Final = {kind: words.job_id_prefix for kind, words in FORGES.items()}
 FORGE_KINDS: Final = frozenset(FORGES)
@@ -145,3 +145,25 @@ class QueuedJob(Protocol):
     def updateData(self, data: Any) -> Awaitable[Any]: ...
 
     def updateProgress(self, progress: Any) -> Awaitable[Any]: ...
+
+
+# A local job's options: the reference keeps a finished one a day, a failed one a week
+LOCAL_JOB_OPTIONS: Final[Mapping[str, Any]] = {
+    "attempts": 2,
+    "backoff": {"type": "exponential", "delay": 60_000},
+    "removeOnComplete": {"age": 86_400},
+    "removeOnFail": {"age": 604_800},
+}
+
+
+def local_job_id(job: Mapping[str, Any], minute: str) -> str:
+    """`local-<16 hex>`: the SHA-256 of the folder, flow (or command), task and the minute (`YYYY-MM-DDTHH:MM`),
+    NUL-joined, with provider, model and models when the job names any, as the reference ids a local job."""
+    import hashlib
+
+    parts = [str(job.get("folder") or ""), str(job.get("flow") or job.get("command") or ""), str(job.get("task") or "")]
+    parts.append(minute[:16])
+    if any(job.get(key) is not None for key in ("provider", "model", "models")):
+        models = job.get("models")
+        parts += [str(job.get("provider") or ""), str(job.get("model") or ""), js_json(models) if models else ""]
+    return "local-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]

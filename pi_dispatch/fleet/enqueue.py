@@ -18,6 +18,8 @@ from pi_dispatch.core.capabilities import job_needs, with_drains
 from pi_dispatch.core.jobs import (
     DEDUP_TTL_MS,
     FORGE_JOB_OPTIONS,
+    LOCAL_JOB_OPTIONS,
+    LOCAL_KIND,
     JobIdError,
     forge_delivery_job_id,
     forge_job_data,
@@ -300,6 +302,13 @@ class Enqueuer:
         for add, job in zip(adds, added, strict=True):
             if not add.answer.done():
                 add.answer.set_result(_kept(job, add.options))
+
+    async def enqueue_local_job(self, queue: str, job: Mapping[str, Any], job_id: str) -> str:
+        """Add a local job to a queue (its host's), with the reference's options; the id the queue kept."""
+        options = {**LOCAL_JOB_OPTIONS, "jobId": job_id}
+        async with asyncio.timeout(self.add_timeout_s):
+            added = await self._queue(queue).add(LOCAL_KIND, dict(job), options)
+        return _kept(added, options)
 
     async def close(self) -> None:
         """Close every queue it opened (raises StoreUnavailable when the store is away meanwhile)."""

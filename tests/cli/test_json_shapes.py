@@ -82,6 +82,9 @@ async def test_each_json_output_validates_against_its_schema(
         )
         valid("cli-retry", await asyncio.to_thread(cli, "retry", "--failed", "--json", *store))
         valid("cli-actions", await asyncio.to_thread(cli, "actions", "--json", *store))
+        local = ("run", str(tmp_path), "--task", "tidy", "--host", "mini2", "--json", *store)
+        ran = valid("cli-run", await asyncio.to_thread(cli, *local))
+        again = valid("cli-run", await asyncio.to_thread(cli, *local))
     finally:
         for registry in registries:
             await registry.close()
@@ -89,6 +92,8 @@ async def test_each_json_output_validates_against_its_schema(
     mini1 = next(row for row in hosts if row["name"] == "mini1")
     assert mini1["concurrency"] == 2 and mini1["routes"] is True and mini1["caps"] == ["s:prod", "w:ci", "w:nightly"]
     assert route["queue"] == "pi-jobs@mini1" and enqueued["added"] and enqueued["queue"] == "pi-jobs@mini1"
+    assert ran["added"] and ran["queue"] == "pi-jobs@mini2" and ran["job_id"].startswith("local-")
+    assert (again["result"], again["job_id"]) in (("exists", ran["job_id"]), ("added", again["job_id"]))  # a new minute
     assert [(receiver["name"], receiver["spoolEntries"]) for receiver in top["receivers"]] == [("edge:3000", 2)]
     valid("cli-limits", json.dumps(top["limits"]))  # the same shape as `limits --json`
     assert [row["name"] for row in top["hosts"]] == ["mini1", "mini2", "mini3"] and runs["runs"][0][

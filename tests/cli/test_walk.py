@@ -53,6 +53,7 @@ def bad_inputs(job_file: Path, down: str) -> dict[tuple[str, ...], list[list[str
         ("resume",): ["mini1"],
         ("actions",): [],
         ("enqueue",): ["--job", str(job_file)],
+        ("run",): [str(job_file.parent), "--task", "tidy", "--host", "mini1"],
         ("route",): ["--job", str(job_file)],
         ("rollout", "in-flight"): ["-i", str(EXAMPLE), "--host", "mini1"],
         ("rollout", "gate"): ["-i", str(EXAMPLE), "--host", "mini1", "--timeout", "1"],
