@@ -70,3 +70,9 @@ def with_forge_variables(base: type[T], name: str, *, worker_only: bool) -> type
         if variable.worker or not worker_only
     }
     return create_model(name, __base__=base, **fields)
+
+
+# A forge variable that holds a PEM: an env file writes its lines as `\\n` (the worker and receiver read them back)
+MULTILINE_VARIABLES: Final = frozenset(
+    variable.name for words in FORGES.values() for variable in words.variables if variable.form == "pem"
+)

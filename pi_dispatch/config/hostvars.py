@@ -18,6 +18,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from pi_dispatch.config.envfile import parse_env_text, render_env
+from pi_dispatch.config.forgevars import MULTILINE_VARIABLES
 from pi_dispatch.config.forms import ProfilesForm, TextForm
 from pi_dispatch.config.kinds import field_problems, form_of
 from pi_dispatch.config.rolevars import PREFIX, RoleVars, host_forms, host_variable
@@ -26,6 +27,7 @@ from pi_dispatch.config.worker_variables import check_worker_env, fields_by_vari
 from pi_dispatch.core.errors import ConfigError, Problem
 from pi_dispatch.core.names import PROFILE_NAME_RE
 from pi_dispatch.core.profiles import ABSOLUTE_SCRIPT, MAX_PROFILES
+from pi_dispatch.core.providers import EVERY_KEY
 from pi_dispatch.infra.valkey import redacted
 
 WORKERS_GROUP: Final = "pi_dispatch_workers"
@@ -183,7 +185,13 @@ def env_values(host_vars: Mapping[str, Any]) -> dict[str, str]:
         value = host_vars.get(declared) if declared is not None else rendered.get(variable)
         if value is None or value == {}:
             continue
-        values[variable] = form_of(info).env_text(value)
+        text = form_of(info).env_text(value)
+        values[variable] = text.replace("\n", "\\n") if variable in MULTILINE_VARIABLES else text
+    pat = host_vars.get(PREFIX + "github_pat")
+    if isinstance(pat, str) and pat:  # held under the variable GITHUB_PAT_VAR names, as the worker reads it
+        values[str(host_vars.get(PREFIX + "github_pat_var") or "GITHUB_PAT")] = pat
+    keys = host_vars.get(PREFIX + "provider_keys")
+    values |= {name: key for name, key in keys.items() if isinstance(key, str)} if isinstance(keys, Mapping) else {}
     return values
 
 
@@ -197,6 +205,8 @@ def env_changes(deployed: str, rendered: str) -> list[str]:
 
     old = parse_env_text(deployed, "deployed").values
     new = parse_env_text(rendered, "rendered").values
+    # a provider's key and the PAT, held under pi's names and the one GITHUB_PAT_VAR names
+    secret |= EVERY_KEY | {values.get("GITHUB_PAT_VAR") or "GITHUB_PAT" for values in (old, new)}
     changes = []
     for name in [*new, *(name for name in old if name not in new)]:
         if old.get(name) == new.get(name):

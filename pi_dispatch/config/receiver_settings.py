@@ -17,7 +17,7 @@ from pydantic import field_validator
 
 from pi_dispatch.config.declaration import setting
 from pi_dispatch.config.envfile import render_env
-from pi_dispatch.config.forgevars import with_forge_variables
+from pi_dispatch.config.forgevars import MULTILINE_VARIABLES, with_forge_variables
 from pi_dispatch.config.forms import TextForm
 from pi_dispatch.config.kinds import (
     HOST_PORT,
@@ -147,9 +147,7 @@ _HELD_UNDER: Final = {
     for variable in words.variables
     if variable.names_the_variable_of is not None
 }
-_MULTILINE: Final = frozenset(
-    variable.name.lower() for words in FORGES.values() for variable in words.variables if variable.form == "pem"
-)
+_MULTILINE: Final = frozenset(name.lower() for name in MULTILINE_VARIABLES)
 
 
 RECEIVER_PREFIX: Final = "pi_dispatch_receiver_"

@@ -23,6 +23,7 @@ from pi_dispatch.core.errors import ConfigError
 from pi_dispatch.core.names import HOST_VAR_PREFIX, PROFILE_NAME_RE
 from pi_dispatch.core.pausewindows import PauseWindowsError, parse_pause_windows
 from pi_dispatch.core.profiles import MAX_PROFILES
+from pi_dispatch.core.providers import EVERY_KEY
 from pi_dispatch.core.scopedlimits import ScopedLimitsError, parse_scoped_limits
 
 PREFIX: Final = HOST_VAR_PREFIX
@@ -63,6 +64,21 @@ class ScriptsForm(Form):
             "additionalProperties": {"type": "string"},
             "propertyNames": {"pattern": schema_pattern(ABSOLUTE_PATH)},
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProviderKeysForm(Form):
+    secret: bool = True
+
+    def host_types(self) -> tuple[type, ...]:
+        return (dict,)
+
+    def noun(self, bounds: Bounds) -> str:
+        return "pi's key variables mapped to their keys"
+
+    def host_schema(self, bounds: Bounds) -> dict[str, Any]:
+        names = sorted(EVERY_KEY)
+        return {"type": "object", "additionalProperties": {"type": "string"}, "propertyNames": {"enum": names}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +137,14 @@ def _allowlist(value: object) -> object:
     return value
 
 
+def _provider_keys(value: object) -> object:
+    if isinstance(value, Mapping) and not all(
+        name in EVERY_KEY and isinstance(key, str) for name, key in value.items()
+    ):
+        raise refused()
+    return value
+
+
 def _gid(value: object) -> object:
     if (isinstance(value, str) and value != "") or (isinstance(value, int) and not 1 <= value <= 2**31 - 1):
         raise refused()
@@ -148,6 +172,8 @@ AbsolutePath = Annotated[str | None, matching(_ABSOLUTE), _ABSOLUTE]
 Switch = Annotated[bool | None, FlagForm()]
 Gid = Annotated[int | str | None, BeforeValidator(_gid), GidForm()]
 Scripts = Annotated[dict[str, str] | None, BeforeValidator(_scripts), ScriptsForm()]
+ProviderKeys = Annotated[dict[str, str] | None, BeforeValidator(_provider_keys), ProviderKeysForm()]
+Secret = Annotated[str | None, AnyTextForm(secret=True)]
 Allowlist = Annotated[list[str] | None, BeforeValidator(_allowlist), AllowlistForm()]
 ProfileLists = Annotated[dict[str, list[str] | str] | None, BeforeValidator(_profile_lists), ProfileListsForm()]
 
@@ -267,6 +293,18 @@ class RoleVars(BaseModel):
         "times a repository's or a folder's jobs wait (declare them once, in group_vars). Written beside the env "
         "file (pause-windows.json) and named in PI_PAUSE_WINDOWS_FILE; read again on an edit.",
         'a mapping such as {windows: [{scope: acme/web, from: "22:00", to: "06:00", tz: Europe/Amsterdam}]}',
+    )
+    github_pat: Secret = role_var(
+        "github_pat",
+        "the GitHub token a host's jobs use with GITHUB_AUTH_SOURCE=pat, written to the env file (0600) under the "
+        "variable GITHUB_PAT_VAR names (GITHUB_PAT).",
+        "the token, from a vault",
+    )
+    provider_keys: ProviderKeys = role_var(
+        "provider_keys",
+        "the model provider's key under pi's own variable, written to the env file (0600): what its jobs' runner "
+        "reads (ANTHROPIC_API_KEY, OPENAI_API_KEY, ...).",
+        'a mapping such as {ANTHROPIC_API_KEY: "{{ vault_anthropic_key }}"}',
     )
     egress_proxy: Switch = role_var(
         "egress_proxy",
