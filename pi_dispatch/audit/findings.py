@@ -26,6 +26,12 @@ CODES: Final[dict[str, tuple[Severity, str]]] = {
     "profile-routed": ("info", "routed to the hosts that declare the profile"),
     "profile-everywhere": ("info", "every host declares it: the shared queue load-balances"),
     "host-vars-invalid": ("error", "a host's declarations are invalid; its worker would refuse to start"),
+    "provider-key-missing": ("warning", "a host holds no key for its provider: its jobs are refused before any spend"),
+    "forge-credentials-missing": (
+        "warning",
+        "a host has no credentials for a forge the triggers fire jobs for: those jobs are refused on it",
+    ),
+    "job-contract-mixed": ("warning", "hosts give jobs different containers (PI_JOB_CONTRACT): a job runs by its host"),
     "worker-name-duplicate": ("error", "two hosts declare the same worker name; they would share one queue and row"),
     "profile-case-clash": ("warning", "profile names that differ only by case; a trigger naming one misses the other"),
     "store-user-shared": (

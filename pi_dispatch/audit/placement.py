@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
+from pi_dispatch.audit.agents import agent_findings
 from pi_dispatch.audit.cron import cron_drift_findings, cron_findings
 from pi_dispatch.audit.drift import (
     clock_findings,
@@ -296,7 +297,7 @@ def audit(
     cron_files = host_triggers or {}
     fleet = [FleetHost.of_inventory(host) for host in hosts]
     down = set(simulate_down)
-    findings = _config_findings(hosts, fleet)
+    findings = _config_findings(hosts, fleet) + agent_findings(hosts, triggers)
     liveness: dict[str, str] = {}
     if live_state.startswith("unreachable"):
         findings.append(

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from pi_dispatch.core.forges import FORGES
-from pi_dispatch.core.jobs import LOCAL_KIND
+from pi_dispatch.core.jobs import CONTAINER_VARIABLES, LOCAL_KIND
+from pi_dispatch.core.providers import STEERING_VARIABLES
 
 PLAYWRIGHT: Final = {
     "PLAYWRIGHT_BROWSERS_PATH": "/ms-playwright",
@@ -24,6 +25,21 @@ PLAYWRIGHT: Final = {
 INSTANCE_VARIABLE: Final = {"gitlab": "GITLAB_HOST", "forgejo": "FORGEJO_HOST", "azure": "AZURE_DEVOPS_ORG_URL"}
 RUNNER_OWN: Final = ("PI_DISPATCH_CHILD_LEDGER", "PI_DISPATCH_RUNNER_PID")
 UNSAFE_NAME: Final = re.compile(r"[^A-Za-z0-9._-]")
+
+
+# What no trigger's secret may bind (the reference's names, refused when the triggers file loads and again before a
+# job's secrets resolve): what the worker writes, the forges' tokens and hosts, what only the worker holds, the way
+# out, and what steers a provider; every `PI_` name besides.
+RESERVED_NAMES: Final = frozenset(
+    {*CONTAINER_VARIABLES, *PLAYWRIGHT, *INSTANCE_VARIABLE.values(), *RUNNER_OWN, *STEERING_VARIABLES}
+    | {variable for words in FORGES.values() for variable in words.token_variables}
+    | {"GITHUB_APP_PRIVATE_KEY", "VALKEY_PASSWORD", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "NODE_USE_ENV_PROXY"}
+)
+
+
+def reserved_secret_name(name: str) -> bool:
+    """Whether a trigger's secret may not bind `name`."""
+    return name in RESERVED_NAMES or name.startswith("PI_")
 
 
 def container_name(job_id: str) -> str:

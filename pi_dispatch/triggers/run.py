@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from pi_dispatch.core.forges import FORGES
-from pi_dispatch.core.jobs import CONTAINER_VARIABLES, LOCAL_KIND
+from pi_dispatch.core.jobenv import reserved_secret_name
+from pi_dispatch.core.jobs import LOCAL_KIND
 from pi_dispatch.core.jscompat import is_integer, js_length, js_trim
 from pi_dispatch.core.names import PROFILE_NAME_RE
 from pi_dispatch.core.waits import WAIT_CONDITION_MAX, parse_after_instant
@@ -23,10 +24,6 @@ SECRETS_MAX: Final = 16
 INSTRUCTIONS_MAX: Final = 2_000  # UTF-16 code units, as the reference counts them
 BACKENDS: Final = frozenset({"local"})
 EXCLUDABLE_TOOLS: Final = ("read", "bash", "powershell", "edit", "write", "grep", "find", "ls")
-# Names the worker or the runtime writes into every job container; a binding over one would be overwritten.
-RESERVED_ENV: Final = frozenset(
-    CONTAINER_VARIABLES | {variable for words in FORGES.values() for variable in words.token_variables}
-)
 # The forges whose deliveries of some trigger types do not name the repository to clone, so the trigger must.
 _NAMING: Final = {kind: words for kind, words in FORGES.items() if words.repository_named_on}
 SKILL_NAME: Final = re.compile(r"[a-z0-9](?:[a-z0-9_-]{0,62}[a-z0-9])?")
@@ -148,7 +145,7 @@ def _secrets(run: Mapping[str, Any]) -> dict[str, str] | None:
     for name, reference in secrets.items():
         if not ENV_NAME.fullmatch(name) or name == "__proto__":
             raise Refusal("run.secrets", "has a key that is not an environment variable name")
-        if name in RESERVED_ENV:
+        if reserved_secret_name(name):
             raise Refusal(f"run.secrets.{name}", "is reserved: the job's runtime sets it")
         if not is_text(reference) or reference != js_trim(reference) or reference.startswith("-"):
             raise Refusal(

@@ -104,8 +104,8 @@ class Attempts:
     def __post_init__(self) -> None:
         settings = self.settings
         self.name = settings.worker_name
-        # with egress on, a resolver may not name the proxy either: the job's way out is the host's to say
-        reserved = CONTAINER_VARIABLES | (set(PROXY_VARIABLES) if self.egress is not None else set())
+        # nor may a resolver name the proxy (the job's way out is the host's to say), nor what `jobenv` reserves
+        reserved = CONTAINER_VARIABLES | set(PROXY_VARIABLES)
         self.secrets = SecretsGate.of(settings, reserved)
         self.place = JobPlace(
             self.secrets, settings.secret_profiles, settings.wait_profiles, self.egress_plan, self.runtimes

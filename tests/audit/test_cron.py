@@ -113,6 +113,7 @@ async def test_audit_live_reads_each_hosts_triggers_file_and_its_row(
     (tmp_path / "hosts.yml").write_text(
         "pi_dispatch_workers:\n  hosts:\n"
         "    mini1:\n      pi_dispatch_worker_name: mini1\n      pi_dispatch_worker_tz: UTC\n"
+        "      pi_dispatch_worker_job_contract: event\n"
         "      pi_dispatch_worker_triggers_source: mini1.json\n"
         "      pi_dispatch_worker_secret_profiles: {prod: /opt/p}\n"
     )
@@ -139,6 +140,7 @@ def test_the_scripts_dir_given_as_an_extra_var_is_where_the_triggers_source_is_f
     (tmp_path / "hosts.yml").write_text(
         "pi_dispatch_workers:\n  hosts:\n"
         "    mini1:\n      pi_dispatch_worker_name: mini1\n      pi_dispatch_worker_triggers_source: mini1.json\n"
+        "      pi_dispatch_worker_job_contract: event\n"
     )
     missing = run_cli_process("audit", "-i", str(tmp_path / "hosts.yml"))
     assert missing.returncode == 2  # not in the inventory's files/: said, never skipped

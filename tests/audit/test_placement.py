@@ -36,7 +36,8 @@ def host(
     wait: dict[str, str] | None = None,
     **extra: Any,
 ) -> InventoryHost:
-    declared: dict[str, Any] = {PREFIX + key: value for key, value in extra.items()}
+    declared: dict[str, Any] = {PREFIX + "job_contract": "event"}  # what an agent needs: test_agents.py
+    declared |= {PREFIX + key: value for key, value in extra.items()}
     if worker is not None:
         declared[PREFIX + "name"] = worker
     if secret:
@@ -220,7 +221,8 @@ def test_a_capable_host_idle_while_routed_work_waits_past_its_stealing_delay_is_
 def test_every_finding_code_has_a_fixture() -> None:
     source = "".join((Path(__file__).parent / name).read_text() for name in ("test_placement.py", "test_cron.py"))
     source += "".join(
-        (Path(__file__).parent / name).read_text() for name in ("test_egress.py", "test_sandbox.py", "test_limits.py")
+        (Path(__file__).parent / name).read_text()
+        for name in ("test_egress.py", "test_sandbox.py", "test_limits.py", "test_agents.py")
     )
     assert [code for code in CODES if f'"{code}"' not in source] == []
 

@@ -105,7 +105,7 @@ from pi_dispatch.core.errors import ConfigError
 from pi_dispatch.receiver.endpoints import build_config
 from pi_dispatch.receiver.forges import registered
 from pi_dispatch.triggers.file import check_triggers
-from pi_dispatch.triggers.run import RESERVED_ENV
+from pi_dispatch.core.jobenv import reserved_secret_name
 
 folder = Path(sys.argv[1])
 pr = {"on": {"type": "pull_request", "action": ["proposed"]}, "run": {"kind": "sketch", "flow": "fix"}}
@@ -125,7 +125,7 @@ print(json.dumps({
     "dedup": semantic_dedup_id("sketch", job),
     "triggers": [p.subject for p in check_triggers({"triggers": [pr]})],
     "foreign": [p.subject for p in check_triggers({"triggers": [foreign]})],
-    "reserved": "SKETCH_TOKEN" in RESERVED_ENV,
+    "reserved": reserved_secret_name("SKETCH_TOKEN"),
     "schema": sorted(v for v in json.loads(generated("receiver-env"))["properties"] if v.startswith("SKETCH")),
     "refused_mode": refused_mode,
     "registered": [forge.name for forge in registered()],

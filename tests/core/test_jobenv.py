@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pi_dispatch.core.jobenv import AgentRun, JobEnvironment, container_name, token_kind
+from pi_dispatch.core.jobenv import AgentRun, JobEnvironment, container_name, reserved_secret_name, token_kind
 
 RUN = AgentRun("anthropic", "claude-x", 30, "gh-7", 1, "github", "mini1")
 
@@ -50,3 +50,19 @@ def test_names_and_kinds() -> None:
     assert container_name("repeat:nightly:1700000000000") == "pi-job-repeat_nightly_1700000000000"
     assert token_kind("local", True) == "github" and token_kind("local", "1") is None
     assert token_kind("forgejo", None) == "forgejo" and token_kind("svn", None) is None
+
+
+def test_the_names_a_secret_may_not_bind() -> None:
+    steering = (
+        "AZURE_OPENAI_BASE_URL AZURE_OPENAI_RESOURCE_NAME ANTHROPIC_BASE_URL ANTHROPIC_AUTH_TOKEN "
+        "ANTHROPIC_CUSTOM_HEADERS "
+        "OPENAI_BASE_URL OPENAI_CUSTOM_HEADERS GOOGLE_GEMINI_BASE_URL GOOGLE_VERTEX_BASE_URL AWS_ENDPOINT_URL "
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI AWS_SECRET_ACCESS_KEY AWS_BEDROCK_SKIP_AUTH GOOGLE_APPLICATION_CREDENTIALS "
+        "AWS_WEB_IDENTITY_TOKEN_FILE google_application_credentials gcloud_project google_cloud_project "
+        "GOOGLE_CLOUD_QUOTA_PROJECT PI_CODING_AGENT_DIR AWS_ACCESS_KEY_ID AWS_SESSION_TOKEN AWS_BEARER_TOKEN_BEDROCK"
+    )
+    for name in [*steering.split(), "GH_TOKEN", "GITLAB_HOST", "GITHUB_APP_PRIVATE_KEY", "VALKEY_PASSWORD", "HOME"]:
+        assert reserved_secret_name(name), name
+    for name in ("STRIPE_KEY", "MY_APP_TOKEN", "DATABASE_URL", "NPM_TOKEN", "SENTRY_DSN", "openai_base_url"):
+        assert not reserved_secret_name(name), name
+    assert not reserved_secret_name("anthropic_api_key") and reserved_secret_name("PI_CODING_AGENT")

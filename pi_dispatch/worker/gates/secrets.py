@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
 
+from pi_dispatch.core.jobenv import reserved_secret_name
 from pi_dispatch.core.profiles import DEFAULT_SECRET_PROFILE
+from pi_dispatch.core.providers import key_candidates
 from pi_dispatch.core.reasons import ExitCode, Reason
 from pi_dispatch.worker.gates.scripts import (
     InfraRetry,
@@ -105,12 +107,20 @@ class SecretsGate:
     timeout_s: float = 10.0
     env: Mapping[str, str] | None = None
     reserved: frozenset[str] = field(default_factory=frozenset)
+    provider: str = ""  # the host's default provider: a job's secret may not bind its key's variables either
 
     @classmethod
     def of(cls, settings: WorkerSettings, reserved: frozenset[str]) -> SecretsGate:
         """The host's gate: its profiles, its timeout, the closed environment its resolvers run in."""
         timeout_s = settings.secret_resolve_timeout_ms / 1000
-        return cls(settings.secret_profiles, timeout_s, script_environment(settings.script_env), reserved)
+        environment = script_environment(settings.script_env)
+        return cls(settings.secret_profiles, timeout_s, environment, reserved, getattr(settings, "provider", ""))
+
+    def reserves(self, job: Mapping[str, object], variable: str) -> bool:
+        """Whether a job's secret may not bind this variable: a reserved name, or its provider's key (pre-spend,
+        as the reference checks it: the job's provider is known only now)."""
+        provider = job.get("provider") if isinstance(job.get("provider"), str) else self.provider
+        return reserved_secret_name(variable) or variable in self.reserved or variable in key_candidates(str(provider))
 
     @staticmethod
     def _binding(job: Mapping[str, object]) -> tuple[str, Mapping[object, object]] | None:
@@ -137,7 +147,7 @@ class SecretsGate:
         if declared is None or usable_script(declared) is None:
             return Refusal(Reason.SECRET_PROFILE_UNKNOWN, name)
         if any(
-            not isinstance(variable, str) or not ENV_NAME.fullmatch(variable) or variable in self.reserved
+            not isinstance(variable, str) or not ENV_NAME.fullmatch(variable) or self.reserves(job, variable)
             for variable in bound
         ):
             return Refusal(Reason.SECRET_NAME_RESERVED, name)
