@@ -13,7 +13,8 @@ from pi_dispatch.core.prompt import (
     data_region,
     instruction_block,
     issue_branch,
-    siblings,
+    issue_replica_lines,
+    pr_replica_lines,
     target_number,
 )
 
@@ -127,42 +128,10 @@ def _forgejo_never_merge(what: str) -> list[str]:
     ]
 
 
-def _forgejo_issue_replica(number: object, replica: int, replicas: int) -> list[str]:
-    others = siblings(replica, replicas)
-    one = len(others) == 1
-    branches = " and ".join(f"`{issue_branch(number, index)}`" for index in others)
-    sibling_jobs = "A sibling job is" if one else f"{len(others)} sibling jobs are"
-    return [
-        "",
-        f"You are replica {replica} of {replicas} for this issue. {sibling_jobs} doing the same work",
-        f"independently, at the same time, on {branches}. Do not read {'that branch' if one else 'those branches'}"
-        ", coordinate with",
-        f"{'that job' if one else 'those jobs'}, or touch {'its' if one else 'their'} branch or pull request. "
-        "A human compares the results afterwards,",
-        "and that comparison is only worth something if the runs were independent — so solve the issue your",
-        "own way and let your work stand on its own.",
-    ]
-
-
 def _forgejo_pull(given: PromptInput) -> str:
     number = target_number(given.target.get("number"))
     replica, replicas = given.replica, given.replicas
-    replicated: list[str] = []
-    if replica is not None and replicas is not None:
-        others = siblings(replica, replicas)
-        sibling_jobs = "A sibling job is" if len(others) == 1 else f"{len(others)} sibling jobs are"
-        replicated = [
-            "",
-            f"You are replica {replica} of {replicas} for this pull request. {sibling_jobs} running the same",
-            "flow on it independently, at the same time. Unlike an issue-triggered job there is no branch of your",
-            "own here: this pull request's head branch belongs to a human and all replicas see the same one.",
-            "If the skill pushes, push only what your own work changed, and use `git push --force-with-lease`",
-            "and never `git push --force` — the lease is what refuses when a sibling has pushed in the meantime.",
-            "If it is refused, re-read the branch rather than forcing past it. If you cannot proceed without",
-            "overwriting someone else's commits, do not: say so in a comment instead. "
-            f'Say "replica {replica} of {replicas}" in',
-            "anything you post, so the reviews read side by side.",
-        ]
+    replicated = pr_replica_lines(replica, replicas) if replica is not None and replicas is not None else []
     envelope = [
         f"You are an automated pi-dispatch job triggered by a Forgejo pull request event on PR #{number}.",
         f'Follow the "{given.flow}" skill to do the work. The skill decides what to do with this pull request —',
@@ -206,7 +175,7 @@ def forgejo_prompt(given: PromptInput) -> str:
     envelope = [
         "You are an automated pi-dispatch job triggered by a Forgejo issue. Do the work the issue",
         "describes, then publish it for human review by following these steps exactly.",
-        *(_forgejo_issue_replica(issue, replica or 0, replicas or 0) if replicated else []),
+        *(issue_replica_lines(issue, replica or 0, replicas or 0) if replicated else []),
         "",
         *_publish_steps(branch),
         "   Take the branch name only from the issue number — never from the issue title or body.",

@@ -143,7 +143,7 @@ def siblings(replica: int, replicas: int) -> list[int]:
     return [index for index in range(1, replicas + 1) if index != replica]
 
 
-def _issue_replica_lines(number: object, replica: int, replicas: int) -> list[str]:
+def issue_replica_lines(number: object, replica: int, replicas: int) -> list[str]:
     others = siblings(replica, replicas)
     one = len(others) == 1
     branches = " and ".join(f"`{issue_branch(number, index)}`" for index in others)
@@ -160,7 +160,7 @@ def _issue_replica_lines(number: object, replica: int, replicas: int) -> list[st
     ]
 
 
-def _pr_replica_lines(replica: int, replicas: int) -> list[str]:
+def pr_replica_lines(replica: int, replicas: int) -> list[str]:
     others = siblings(replica, replicas)
     sibling_jobs = "A sibling job is" if len(others) == 1 else f"{len(others)} sibling jobs are"
     return [
@@ -198,7 +198,7 @@ def _issue_prompt(given: PromptInput) -> str:
     envelope = [
         "You are an automated pi-dispatch job triggered by a GitHub issue. Do the work the issue",
         "describes, then publish it for human review by following these steps exactly.",
-        *(_issue_replica_lines(number, replica, replicas) if replica is not None and replicas is not None else []),
+        *(issue_replica_lines(number, replica, replicas) if replica is not None and replicas is not None else []),
         "",
         f"1. Make your changes in /workspace, then commit them to a branch named exactly `{branch}`.",
         "   Take the branch name only from the issue number — never from the issue title or body.",
@@ -235,7 +235,7 @@ def _pull_request_prompt(given: PromptInput) -> str:
         f'Follow the "{given.flow}" skill to do the work. The skill decides what to do with this pull request —',
         "review it, comment on it, or push changes to its branch — the choice is the skill's, not yours to",
         "invent.",
-        *(_pr_replica_lines(given.replica or 0, given.replicas or 0) if replicated else []),
+        *(pr_replica_lines(given.replica or 0, given.replicas or 0) if replicated else []),
         "",
         "The pull request's context — its number, head and base refs, title, and body — is in",
         "`/job/event.json`. Use `gh` (e.g. `gh pr view`, `gh pr diff`, `gh pr checkout`) to read the PR and,",

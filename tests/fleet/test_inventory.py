@@ -46,6 +46,7 @@ def test_render_is_exact(hosts: list[InventoryHost]) -> None:
         "PI_CONCURRENCY=4\n"
         "PI_CAPTURE_JOB_LOGS=0\n"
         "TZ=UTC\n"
+        "PI_JOB_CONTRACT=event\n"
     )
 
 
