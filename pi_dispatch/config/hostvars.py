@@ -81,6 +81,9 @@ class InventoryHost:
         return _table(self.declared("wait_profiles"))
 
 
+APP_KEY_NAME: Final = "github-app.pem"
+
+
 def _table(value: object) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, Mapping) else {}
 
@@ -145,6 +148,14 @@ def triggers_beside(env_file: str) -> str:
     return f"{env_file.rsplit('/', 1)[0]}/{TRIGGERS_NAME}"
 
 
+def installed_app_key_path(host_vars: Mapping[str, Any]) -> str | None:
+    """Where the role installs a host's GitHub App key (0600, the worker's own): beside its env file; None when the
+    inventory gives no key."""
+    if not host_vars.get(PREFIX + "github_app_private_key"):
+        return None
+    return f"{str(host_vars.get(PREFIX + 'env_file') or DEFAULT_ENV_FILE).rsplit('/', 1)[0]}/{APP_KEY_NAME}"
+
+
 def installed_triggers_path(host_vars: Mapping[str, Any]) -> str | None:
     """The PI_TRIGGERS_FILE a host's worker gets, or None when it declares no triggers file."""
     if not host_vars.get(PREFIX + "triggers_source"):
@@ -179,10 +190,15 @@ def env_values(host_vars: Mapping[str, Any]) -> dict[str, str]:
         "PI_EGRESS_PROFILES": installed_egress_profiles(host_vars),
         "PI_SCOPED_LIMITS_FILE": installed_limit_file(host_vars, "scoped_limits"),
         "PI_PAUSE_WINDOWS_FILE": installed_limit_file(host_vars, "pause_windows"),
+        "GITHUB_APP_PRIVATE_KEY_PATH": installed_app_key_path(host_vars),
     }
     for variable, (name, info) in fields_by_variable().items():
         declared = host_variable(name, info)
         value = host_vars.get(declared) if declared is not None else rendered.get(variable)
+        if variable in rendered and rendered[variable] is not None:  # the role's own file wins (the App's key)
+            value = rendered[variable]
+        elif variable == "GITHUB_APP_PRIVATE_KEY":  # installed as a file of its own, never inline
+            continue
         if value is None or value == {}:
             continue
         text = form_of(info).env_text(value)

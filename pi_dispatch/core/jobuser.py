@@ -19,6 +19,7 @@ from pi_dispatch.core.reasons import Reason
 
 IMAGE_UID: Final = 1001  # the reference image's `pi` user
 CONTAINER_HOME: Final = "/home/pi"
+REMAPPING: Final = ("name=rootless", "name=userns")  # the daemon's security options that remap a job's uid
 NUMERIC_USER: Final = re.compile(r"([1-9][0-9]{0,9})(?::([1-9][0-9]{0,9}))?")
 
 
@@ -41,10 +42,19 @@ def _numeric(user: str) -> tuple[int, int] | None:
 
 
 def job_user(
-    euid: int, egid: int, capabilities: frozenset[str], image_user: str, socket_gid: int | None = None
+    euid: int,
+    egid: int,
+    capabilities: frozenset[str],
+    image_user: str,
+    *,
+    socket_gid: int | None = None,
+    daemon: frozenset[str] = frozenset(),
 ) -> JobUser | Reason:
     """The job's user on this host, or why no user can be given (`job-user-unmappable`,
-    `job-image-any-uid-unsupported`)."""
+    `job-image-any-uid-unsupported`). `daemon`: its security options: a rootless daemon or one that remaps users
+    gives a job's uid another owner on the host, so no uid can write what the worker made."""
+    if any(option.startswith(REMAPPING) for option in daemon):
+        return Reason.JOB_USER_UNMAPPABLE
     any_uid = ANY_UID in capabilities
     if euid == 0:
         if (owner := _numeric(image_user)) is not None:

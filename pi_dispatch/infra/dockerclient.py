@@ -25,3 +25,16 @@ def docker_client(timeout_s: int | None = None) -> Any:
             client.close()
         raise DockerUnreachable(f"the Docker daemon is not reachable ({type(error).__name__})") from error
     return client
+
+
+def security_options(client: Any) -> frozenset[str]:
+    """The daemon's security options (`name=rootless`, `name=userns`, ...), from `docker info`; none when it does
+    not answer (the job's start will say)."""
+    import docker
+    import requests.exceptions
+
+    try:
+        options = client.info().get("SecurityOptions")
+    except (docker.errors.DockerException, requests.exceptions.RequestException, AttributeError):
+        return frozenset()
+    return frozenset(str(option) for option in options) if isinstance(options, list) else frozenset()

@@ -137,13 +137,15 @@ def assemble(
     if settings.job_contract == REFERENCE_CONTRACT:  # its forges' clients loaded for the reference's contract only
         from pi_dispatch.forgeapi.http import ForgeClient
         from pi_dispatch.forgeapi.jobforge import job_forges
+        from pi_dispatch.infra.dockerclient import security_options
 
         forges = job_forges(settings, ForgeClient(ca_file=settings.ssl_cert_file), log)
         from pi_dispatch.worker.after.forgecomments import ForgeComments
 
         preparer = Preparer(settings.jobs_dir, name, forges, log, settings.ssl_cert_file)
         words = {"image": settings.job_image, "provider": settings.provider}
-        contract = JobContract(settings, AgentGate(settings, log), preparer)
+        gate = AgentGate(settings, log, security_options(runtime.client))
+        contract = JobContract(settings, gate, preparer)
         comments = ForgeComments(forges, log, words)
     attempts = Attempts(
         settings,

@@ -21,7 +21,8 @@ def test_credentials_reach_the_env_file_and_the_worker_reads_them() -> None:
         "pi_dispatch_worker_provider_keys": {"ANTHROPIC_API_KEY": "sk-ant"},
     }
     values = env_values(host)
-    assert values["GITHUB_APP_PRIVATE_KEY"] == KEY.replace("\n", "\\n")  # one line in the env file
+    assert values["GITHUB_APP_PRIVATE_KEY_PATH"] == "/etc/pi-dispatch/github-app.pem"  # a 0600 file the role writes
+    assert "GITHUB_APP_PRIVATE_KEY" not in values  # never inline
     assert values["MY_PAT"] == "ghp_operator" and values["ANTHROPIC_API_KEY"] == "sk-ant"
     read = parse_env_text(render_env(values), "env").values
     settings = settings_of({**read, "VALKEY_URL": "redis://127.0.0.1:1"})
@@ -29,7 +30,7 @@ def test_credentials_reach_the_env_file_and_the_worker_reads_them() -> None:
     held = {name: secret.get_secret_value() for name, secret in settings.credentials.items()}
     assert held == {"MY_PAT": "ghp_operator", "ANTHROPIC_API_KEY": "sk-ant"}
     changes = env_changes("", render_env(values))
-    assert not [line for line in changes if "sk-ant" in line or "ghp_operator" in line or "MIIB" in line]
+    assert not [line for line in changes if "sk-ant" in line or "ghp_operator" in line]
 
 
 def test_a_provider_key_under_a_name_pi_does_not_read_is_refused() -> None:

@@ -22,3 +22,11 @@ def test_a_root_worker_never_runs_a_job_as_root() -> None:
     assert job_user(0, 0, ANY_UID, "pi") == JobUser("1001:1001", "/home/pi", (1001, 1001))
     for user in ("", "root", "0", "0:0", "pi"):
         assert job_user(0, 0, frozenset(), user) == Reason.JOB_USER_UNMAPPABLE
+
+
+def test_a_daemon_that_remaps_users_gives_no_job_a_user() -> None:
+    for option in ("name=rootless", "name=userns"):
+        assert job_user(1234, 1234, ANY_UID, "pi", daemon=frozenset({option})) == Reason.JOB_USER_UNMAPPABLE
+        assert job_user(0, 0, ANY_UID, "1001", daemon=frozenset({option})) == Reason.JOB_USER_UNMAPPABLE
+    seccomp = frozenset({"name=seccomp,profile=builtin", "name=cgroupns"})
+    assert job_user(1234, 1234, ANY_UID, "pi", daemon=seccomp) == JobUser("1234:1234", "/home/pi")

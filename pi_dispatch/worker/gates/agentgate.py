@@ -61,6 +61,7 @@ class AgentGate:
 
     settings: WorkerSettings
     log: EventLog
+    daemon: frozenset[str] = frozenset()  # the Docker daemon's security options (`infra/dockerclient.py`)
     euid: int = field(default_factory=os.geteuid)
     egid: int = field(default_factory=os.getegid)
 
@@ -78,7 +79,9 @@ class AgentGate:
             declared = ", ".join(refused.declared)
             return Refusal(refused.reason, words={"declared": declared, "forges": declared})
         capabilities = frozenset(item.strip() for item in labels.get("dev.pi-dispatch.capabilities", "").split(","))
-        user = job_user(self.euid, self.egid, capabilities, image_user, self.docker_group)
+        user = job_user(
+            self.euid, self.egid, capabilities, image_user, socket_gid=self.docker_group, daemon=self.daemon
+        )
         if isinstance(user, Reason):
             return Refusal(user)
         provider = _text(data.get("provider"), self.settings.provider)

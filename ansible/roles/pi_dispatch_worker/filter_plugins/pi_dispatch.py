@@ -41,6 +41,13 @@ def pi_dispatch_worker_triggers_path(env_file: str) -> str:
     return triggers_beside(env_file)
 
 
+def pi_dispatch_worker_app_key_path(env_file: str) -> str:
+    """Where this host's GitHub App key goes: beside its env file, as its GITHUB_APP_PRIVATE_KEY_PATH says."""
+    from pi_dispatch.config.hostvars import PREFIX, installed_app_key_path
+
+    return str(installed_app_key_path({PREFIX + "env_file": env_file, PREFIX + "github_app_private_key": "given"}))
+
+
 def pi_dispatch_egress_allowlist(entries: list[str], source: str = "pi_dispatch_worker_egress_allowlist") -> str:
     """The egress allowlist file of the inventory's entries, refused naming each bad entry."""
     from pi_dispatch.core.egress import allowlist_text
@@ -99,6 +106,7 @@ class FilterModule:
             "pi_dispatch_env_file": pi_dispatch_env_file,
             "pi_dispatch_env_changes": pi_dispatch_env_changes,
             "pi_dispatch_worker_triggers_path": pi_dispatch_worker_triggers_path,
+            "pi_dispatch_worker_app_key_path": pi_dispatch_worker_app_key_path,
             "pi_dispatch_egress_allowlist": pi_dispatch_egress_allowlist,
             "pi_dispatch_egress_profile_files": pi_dispatch_egress_profile_files,
             "pi_dispatch_daemon_json_with_runsc": pi_dispatch_daemon_json_with_runsc,
