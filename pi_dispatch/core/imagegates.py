@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from pi_dispatch.core.exitauth import CAPABILITIES_LABEL
 from pi_dispatch.core.jobs import LOCAL_KIND
 from pi_dispatch.core.reasons import Reason
 
@@ -49,7 +50,7 @@ def image_refusal(labels: Mapping[str, str] | None, job: Mapping[str, Any]) -> I
     forges = label_list(labels, FORGES_LABEL)
     if forges is not None and kind != LOCAL_KIND and kind not in forges:
         return ImageRefusal(Reason.JOB_IMAGE_FORGE_UNSUPPORTED, forges)
-    declared = label_list(labels, "dev.pi-dispatch.capabilities") or ()
+    declared = label_list(labels, CAPABILITIES_LABEL) or ()
     for capability, field, reason in CAPABILITY_GATES:
         if job.get(field) is not None and capability not in declared:
             return ImageRefusal(reason, declared)

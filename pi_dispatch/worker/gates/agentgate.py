@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from pi_dispatch.core.exitauth import image_capabilities
 from pi_dispatch.core.imagegates import image_refusal
 from pi_dispatch.core.jobenv import AgentRun
 from pi_dispatch.core.jobuser import JobUser, job_user
@@ -78,7 +79,7 @@ class AgentGate:
             )
             declared = ", ".join(refused.declared)
             return Refusal(refused.reason, words={"declared": declared, "forges": declared})
-        capabilities = frozenset(item.strip() for item in labels.get("dev.pi-dispatch.capabilities", "").split(","))
+        capabilities = image_capabilities(dict(labels)) or frozenset()
         user = job_user(
             self.euid, self.egid, capabilities, image_user, socket_gid=self.docker_group, daemon=self.daemon
         )

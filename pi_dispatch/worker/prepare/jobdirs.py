@@ -28,8 +28,8 @@ def worker_jobs_dir(jobs_dir: Path, worker: str) -> Path:
     return jobs_dir / worker
 
 
-def write_job_dir(jobs_dir: Path, worker: str, job_id: str, data: Mapping[str, Any]) -> Path:
-    """A fresh folder holding the job's event and its non-secret fields, readable by the job image's user."""
+def new_job_dir(jobs_dir: Path, worker: str, job_id: str, mode: int = 0o700) -> Path:
+    """A fresh folder for the job under the worker's own folder, with `mode`."""
     own = worker_jobs_dir(jobs_dir, worker)
     own.mkdir(parents=True, exist_ok=True)
     # passed through, never listed: the daemon mounts a folder inside, and the Docker socket proxy follows a bind's
@@ -37,7 +37,13 @@ def write_job_dir(jobs_dir: Path, worker: str, job_id: str, data: Mapping[str, A
     for passed in (jobs_dir, own):
         passed.chmod(0o711)
     folder = Path(tempfile.mkdtemp(dir=own, prefix=f"{record_stem(job_id)}-", suffix=JOB_DIR_SUFFIX))
-    folder.chmod(0o755)  # the job image may read it as any user; it holds no secret
+    folder.chmod(mode)
+    return folder
+
+
+def write_job_dir(jobs_dir: Path, worker: str, job_id: str, data: Mapping[str, Any]) -> Path:
+    """A fresh folder holding the job's event and its non-secret fields, readable by the job image's user."""
+    folder = new_job_dir(jobs_dir, worker, job_id, 0o755)  # the job image may read it as any user; no secret in it
     trigger = data.get("trigger")
     event = js_json(trigger if isinstance(trigger, Mapping) else {})
     fields = js_json({key: value for key, value in data.items() if key not in PRIVATE_KEYS})

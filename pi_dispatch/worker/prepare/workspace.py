@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,14 +24,13 @@ from pi_dispatch.core.jobenv import token_kind
 from pi_dispatch.core.jobevent import event_text, forge_event, local_event
 from pi_dispatch.core.jobs import LOCAL_KIND
 from pi_dispatch.core.jobuser import JobUser
-from pi_dispatch.core.names import record_stem
 from pi_dispatch.core.prompt import PromptInput, TargetRefused, command_prompt, local_prompt
 from pi_dispatch.core.reasons import Reason
 from pi_dispatch.forgeapi.errors import ForgeCallError
 from pi_dispatch.infra.events import EventLog
 from pi_dispatch.worker.gates.scripts import InfraRetry, Refusal
 from pi_dispatch.worker.prepare.gitrepo import GitFailed, fetch_commit, head_commit, materialise_pi
-from pi_dispatch.worker.prepare.jobdirs import JOB_DIR_SUFFIX, worker_jobs_dir
+from pi_dispatch.worker.prepare.jobdirs import new_job_dir
 
 if TYPE_CHECKING:
     from pi_dispatch.forgeapi.jobforge import JobForge
@@ -60,17 +58,6 @@ class Prepared:
 
     def remove(self) -> None:
         shutil.rmtree(self.job_dir, ignore_errors=True)
-
-
-def new_job_dir(jobs_dir: Path, worker: str, job_id: str) -> Path:
-    """A fresh folder for the job under the worker's own, 0700."""
-    own = worker_jobs_dir(jobs_dir, worker)
-    own.mkdir(parents=True, exist_ok=True)
-    for passed in (jobs_dir, own):  # passed through, never listed (`jobdirs.py`)
-        passed.chmod(0o711)
-    folder = Path(tempfile.mkdtemp(dir=own, prefix=f"{record_stem(job_id)}-", suffix=JOB_DIR_SUFFIX))
-    folder.chmod(0o700)
-    return folder
 
 
 def _write(folder: Path, name: str, text: str) -> None:
